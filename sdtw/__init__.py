@@ -1,0 +1,13 @@
+"""sdtw: fast, memory-lean and accurate soft-DTW for PyTorch.
+
+Importing this package never touches the GPU and needs neither numba-cuda nor Triton.
+"""
+
+from __future__ import annotations
+
+from sdtw.functional import softdtw, softdtw_from_cost
+from sdtw.module import SoftDTW
+from sdtw.reference import softdtw_reference
+
+__all__ = ["SoftDTW", "softdtw", "softdtw_from_cost", "softdtw_reference"]
+__version__ = "0.1.0"

@@ -1,0 +1,220 @@
+"""Fast CPU soft-DTW: Numba kernels parallel over the batch, and their autograd wrapper.
+
+Layers, as everywhere in the package: the ``_forward_kernel`` / ``_backward_kernel`` Numba
+kernels (one batch element per ``prange`` iteration, a row-major double loop inside, restricted
+to the Sakoe-Chiba band) -> the launchers :func:`cpu_forward` / :func:`cpu_backward` (numpy in,
+numpy out, float64, internal asserts only) -> :class:`CPUSoftDTW` (``torch.autograd.Function``).
+
+The backward pass needs only ``R``, not the cost: the expected alignment is propagated with the
+softmax weights with which every cell chose among its three predecessors, which are sums of
+non-positive exponents and never subtract two large, nearly equal numbers (see the derivation
+above ``_backward_kernel``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+__all__ = ["CPUSoftDTW", "cpu_backward", "cpu_forward"]
+
+
+# Soft minimum, factored around the hard minimum m:
+#
+#     softmin_g(a, b, c) = m - g * log(sum_k exp(-(x_k - m) / g)),   m = min(a, b, c).
+#
+# Every exponent is <= 0, so nothing overflows, and the term of the minimum is exactly 1; the
+# other two are summed alone and passed to log1p, so their contribution keeps full relative
+# precision instead of being rounded into 1 + rest.  If all three inputs are +inf the cell is
+# unreachable and the result is +inf (no inf - inf is ever formed).
+@njit(cache=True, nogil=True)
+def _softmin3(a: float, b: float, c: float, gamma: float) -> float:
+    if a <= b and a <= c:
+        m, x, y = a, b, c
+    elif b <= c:
+        m, x, y = b, a, c
+    else:
+        m, x, y = c, a, b
+    if m == math.inf:
+        return math.inf
+    rest = math.exp(-(x - m) / gamma) + math.exp(-(y - m) / gamma)
+    return m - gamma * math.log1p(rest)
+
+
+# Forward DP, with R padded so that R[i + 1, j + 1] is cell (i, j):
+#
+#     R[0, 0] = 0,  R[0, j > 0] = R[i > 0, 0] = +inf,
+#     R[i + 1, j + 1] = C[i, j] + softmin_g(R[i, j], R[i, j + 1], R[i + 1, j]).
+#
+# Cells outside the band -lo <= j - i <= hi are never written and keep +inf, which the soft
+# minimum of their successors treats as "no such predecessor".  Batch elements are independent,
+# so the batch is split over threads; each thread walks its own table row by row, which keeps
+# the three reads and the write within two adjacent rows of memory.
+@njit(parallel=True, cache=True, nogil=True)
+def _forward_kernel(cost: np.ndarray, gamma: float, lo: int, hi: int, R: np.ndarray) -> None:
+    B, N, M = cost.shape
+    for b in prange(B):
+        Rb = R[b]
+        Cb = cost[b]
+        Rb[:, :] = math.inf
+        Rb[0, 0] = 0.0
+        for i in range(N):
+            for j in range(max(0, i - lo), min(M - 1, i + hi) + 1):
+                Rb[i + 1, j + 1] = Cb[i, j] + _softmin3(Rb[i, j], Rb[i, j + 1], Rb[i + 1, j], gamma)
+
+
+# Backward DP without cancellation.  Differentiating R[s] = C[s] + softmin_g(R[pred(s)]) gives
+#
+#     dR[s] / dR[p] = P_s(p) = exp(-(R[p] - m_s) / g) / sum_{q in pred(s)} exp(-(R[q] - m_s) / g),
+#
+# m_s = min_{q in pred(s)} R[q]: the softmax with which s chose p.  The expected alignment
+# E = dR[N, M] / dC obeys E[p] = sum_{s in succ(p)} E[s] P_s(p), seeded with grad_out at the
+# last cell.  The published form writes the numerator as exp((R[s] - C[s] - R[p]) / g), i.e.
+# recovers softmin from R[s] - C[s]: two numbers of size |R| whose difference is small, so the
+# rounding error eps |R| is divided by g and amplified by exp -- catastrophic for small g.  Here
+# every exponent is a difference of two *predecessor* values against their own minimum: exact
+# 0 for the minimum, <= 0 for the others, the denominator lies in [1, 3], and the weights sum
+# to one: E is built from sums of products of positive, accurately rounded terms, so its
+# relative error grows only linearly with the path length, whatever g.
+#
+# The sum is evaluated "push" style: cells are visited in reverse row-major order, so when s is
+# reached all its successors have already pushed into E[s], which is therefore final; s then
+# pushes E[s] P_s(p) to each of its predecessors p in the grid.  One softmax per cell, no
+# scratch.  Unreachable cells (R = +inf) have E = 0 and push nothing; if m_s were +inf, s is
+# unreachable too, so no inf - inf is ever formed.
+@njit(parallel=True, cache=True, nogil=True)
+def _backward_kernel(
+    R: np.ndarray, gamma: float, lo: int, hi: int, grad_out: np.ndarray, E: np.ndarray
+) -> None:
+    B, N, M = E.shape
+    for b in prange(B):
+        Rb = R[b]
+        Eb = E[b]
+        Eb[:, :] = 0.0
+        Eb[N - 1, M - 1] = grad_out[b]
+        for i in range(N - 1, -1, -1):
+            for j in range(min(M - 1, i + hi), max(0, i - lo) - 1, -1):
+                e = Eb[i, j]
+                if e == 0.0:
+                    continue
+                if Rb[i + 1, j + 1] == math.inf:
+                    Eb[i, j] = 0.0
+                    continue
+                r_diag = Rb[i, j]
+                r_up = Rb[i, j + 1]
+                r_left = Rb[i + 1, j]
+                m = min(r_diag, r_up, r_left)
+                w_diag = math.exp(-(r_diag - m) / gamma)
+                w_up = math.exp(-(r_up - m) / gamma)
+                w_left = math.exp(-(r_left - m) / gamma)
+                scale = e / (w_diag + w_up + w_left)
+                if i > 0 and j > 0:
+                    Eb[i - 1, j - 1] += scale * w_diag
+                if i > 0:
+                    Eb[i - 1, j] += scale * w_up
+                if j > 0:
+                    Eb[i, j - 1] += scale * w_left
+
+
+def cpu_forward(cost: np.ndarray, gamma: float, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Soft-DTW forward pass on the CPU.
+
+    .. math::
+
+        R_{i+1,j+1} = C_{i,j} + \\operatorname{softmin}_\\gamma(R_{i,j}, R_{i,j+1}, R_{i+1,j}),
+        \\qquad \\operatorname{softmin}_\\gamma(a) = -\\gamma \\log \\sum_k e^{-a_k/\\gamma}.
+
+    Parameters
+    ----------
+    cost : ndarray, shape (B, N, M)
+        Cost matrices (float64, C-contiguous; anything else is converted).  Not modified.
+    gamma : float
+        Smoothing, > 0.
+    lo, hi : int
+        Band offsets from :func:`sdtw._band.band_offsets`: cell ``(i, j)`` is computed iff
+        ``-lo <= j - i <= hi``; every other cell holds ``+inf``.
+
+    Returns
+    -------
+    values : ndarray, shape (B,)
+        Soft-DTW values ``R[:, N, M]``.
+    R : ndarray, shape (B, N + 1, M + 1)
+        Padded DP table, float64: ``R[:, 0, 0] = 0``, the rest of row and column 0 is ``+inf``
+        and ``R[:, i + 1, j + 1]`` is cell ``(i, j)``.  All :func:`cpu_backward` needs.
+    """
+    cost = np.ascontiguousarray(cost, dtype=np.float64)
+    assert cost.ndim == 3 and min(cost.shape[1:]) > 0 and gamma > 0
+    B, N, M = cost.shape
+    R = np.empty((B, N + 1, M + 1), dtype=np.float64)
+    _forward_kernel(cost, float(gamma), int(lo), int(hi), R)
+    return R[:, N, M].copy(), R
+
+
+def cpu_backward(R: np.ndarray, gamma: float, lo: int, hi: int, grad_out: np.ndarray) -> np.ndarray:
+    """Soft-DTW backward pass on the CPU: ``E * grad_out[:, None, None]``.
+
+    .. math::
+
+        E_{N-1,M-1} = g,\\qquad
+        E_p = \\sum_{s \\in \\mathrm{succ}(p)} E_s\\, P_s(p),\\qquad
+        P_s(p) = \\frac{e^{-(R_p - m_s)/\\gamma}}
+                        {\\sum_{q \\in \\mathrm{pred}(s)} e^{-(R_q - m_s)/\\gamma}},\\qquad
+        m_s = \\min_{q \\in \\mathrm{pred}(s)} R_q,
+
+    with ``E = d values / d cost`` scaled by the upstream gradient ``g``.
+
+    Parameters
+    ----------
+    R : ndarray, shape (B, N + 1, M + 1)
+        Padded table from :func:`cpu_forward` (float64).  Not modified.
+    gamma : float
+        The ``gamma`` of the forward pass.
+    lo, hi : int
+        The band offsets of the forward pass.
+    grad_out : ndarray, shape (B,)
+        Upstream gradient of the values.  Not modified.
+
+    Returns
+    -------
+    grad : ndarray, shape (B, N, M)
+        ``d (grad_out . values) / d cost``, float64; zero outside the band and on unreachable
+        cells.
+    """
+    R = np.ascontiguousarray(R, dtype=np.float64)
+    grad_out = np.ascontiguousarray(grad_out, dtype=np.float64)
+    assert R.ndim == 3 and grad_out.shape == R.shape[:1] and gamma > 0
+    B, N1, M1 = R.shape
+    E = np.empty((B, N1 - 1, M1 - 1), dtype=np.float64)
+    _backward_kernel(R, float(gamma), int(lo), int(hi), grad_out, E)
+    return E
+
+
+class CPUSoftDTW(torch.autograd.Function):
+    """Autograd wrapper of the CPU kernels: cost (B, N, M) -> values (B,).
+
+    Computes in float64 whatever the input dtype, returns values in the dtype (and on the
+    device) of ``cost``, saves ``R`` only when ``cost`` needs a gradient, and returns the
+    gradient ``E * grad_out`` cast back to ``cost.dtype``.  Call as
+    ``CPUSoftDTW.apply(cost, gamma, lo, hi)``; no validation here (that is the public entry's
+    job).
+    """
+
+    @staticmethod
+    def forward(ctx, cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
+        c = cost.detach().to("cpu", torch.float64).contiguous().numpy()
+        values, R = cpu_forward(c, gamma, lo, hi)
+        if cost.requires_grad:
+            ctx.save_for_backward(torch.from_numpy(R))
+            ctx.gamma, ctx.lo, ctx.hi = float(gamma), int(lo), int(hi)
+            ctx.cost_dtype, ctx.cost_device = cost.dtype, cost.device
+        return torch.from_numpy(values).to(cost.device, cost.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        (R,) = ctx.saved_tensors
+        g = grad_out.detach().to("cpu", torch.float64).contiguous().numpy()
+        grad = cpu_backward(R.numpy(), ctx.gamma, ctx.lo, ctx.hi, g)
+        return torch.from_numpy(grad).to(ctx.cost_device, ctx.cost_dtype), None, None, None

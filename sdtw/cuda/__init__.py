@@ -1,0 +1,130 @@
+"""CUDA backend (Numba CUDA kernels), imported lazily by :mod:`sdtw.functional`.
+
+``softdtw_cost`` (unfused, any cost) and ``softdtw_fused`` (squared Euclidean from x, y, no
+(B, N, M) cost tensor) are ``autograd.Function`` applications.  With
+``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in Numba's CPU simulator on CPU tensors.
+
+Memory model of one training step, per pair, with ``s`` = 4 bytes (float32 inputs) or 8
+(float64):
+
+============================  =========================  ====================================
+buffer                        size                       lifetime
+============================  =========================  ====================================
+weights ``P``                 ``2 s N M``                forward -> end of backward
+``E`` (gradient wrt cost)     0 (written into ``P``)     backward
+boundary rows ``Rb``/``Gb``   ``8 ceil(N/32) Mp``        one pass (about ``N M / 4`` bytes)
+norms, flags, grads           O((N + M) D)               --
+cost (unfused only)           ``s N M`` (caller's)       caller
+============================  =========================  ====================================
+
+So a fused float32 step peaks near ``8 N M`` bytes per pair (+3%), an unfused one near
+``12 N M``; a forward without gradient stores no (N, M) buffer at all.  Launches: one Numba
+kernel per forward and one per backward, whatever N and M.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["cuda_usable", "simulator_enabled", "softdtw_cost", "softdtw_fused"]
+
+
+def simulator_enabled() -> bool:
+    import os
+
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+def cuda_usable() -> tuple[bool, str]:
+    """Whether the Numba CUDA kernels can run here, and if not, why."""
+    try:
+        from numba import cuda
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        return False, f"numba CUDA support is not importable ({exc}); pip install 'sdtw[cuda]'"
+    if simulator_enabled():
+        return True, ""
+    try:
+        if not cuda.is_available():
+            return False, "numba.cuda.is_available() is False (no driver or no GPU)"
+    except Exception as exc:  # pragma: no cover - driver-specific
+        return False, f"numba.cuda failed to initialise: {exc}"
+    return True, ""
+
+
+def _kernel_dtype(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
+class _CostFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
+        from sdtw.cuda import _launch
+
+        c = _kernel_dtype(cost).contiguous()
+        out, P = _launch.forward(c, None, gamma, lo, hi, store=cost.requires_grad)
+        ctx.P = P
+        return out.to(cost.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        from sdtw.cuda import _launch
+
+        P = ctx.P
+        if P is None:
+            raise RuntimeError(
+                "sdtw: backward called twice through the same soft-DTW node; the CUDA backward "
+                "reuses its saved buffer in place. Recompute the loss instead of retain_graph=True."
+            )
+        ctx.P = None
+        E = _launch.backward(P, grad_out)
+        return E.to(grad_out.dtype), None, None, None
+
+
+class _FusedFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int):
+        from sdtw.cuda import _launch
+
+        xk = _kernel_dtype(x).contiguous()
+        yk = _kernel_dtype(y).contiguous()
+        need = x.requires_grad or y.requires_grad
+        out, P = _launch.forward(xk, yk, gamma, lo, hi, store=need)
+        ctx.P = P
+        if need:
+            ctx.save_for_backward(x, y)
+        return out.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        from sdtw.cuda import _launch
+
+        P = ctx.P
+        if P is None:
+            raise RuntimeError(
+                "sdtw: backward called twice through the same soft-DTW node; the CUDA backward "
+                "reuses its saved buffer in place. Recompute the loss instead of retain_graph=True."
+            )
+        ctx.P = None
+        x, y = ctx.saved_tensors
+        E = _launch.backward(P, grad_out)  # (B, N, M), batch stride 2 N M
+        del P
+        xe, ye = x.to(E.dtype), y.to(E.dtype)
+        # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i)
+        gx = gy = None
+        if ctx.needs_input_grad[0]:
+            gx = 2.0 * (E.sum(2).unsqueeze(-1) * xe - torch.bmm(E, ye))
+            gx = gx.to(x.dtype)
+        if ctx.needs_input_grad[1]:
+            gy = 2.0 * (E.sum(1).unsqueeze(-1) * ye - torch.bmm(E.transpose(1, 2), xe))
+            gy = gy.to(y.dtype)
+        return gx, gy, None, None, None
+
+
+def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
+    """Soft-DTW of a cost (B, N, M) -> (B,), differentiable wrt ``cost``."""
+    return _CostFunction.apply(cost, gamma, lo, hi)
+
+
+def softdtw_fused(x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
+    """Fused squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,)."""
+    return _FusedFunction.apply(x, y, gamma, lo, hi)

@@ -1,0 +1,340 @@
+"""Numba CUDA kernels: pipelined band wavefront for soft-DTW.
+
+Design
+------
+The (N, M) table of a pair is cut into *bands* of ``TB`` rows.  One thread block of ``TB``
+threads (one warp) owns one band, thread ``t`` owns row ``i0 + t``, and the block sweeps the
+band's columns as a skewed wavefront: at step ``s`` thread ``t`` computes column ``s - t``.
+The three DP neighbours come from the thread itself (left), from thread ``t - 1`` one step
+earlier (up) and two steps earlier (diagonal), exchanged through a 2-slot shared array with one
+barrier per step.  Thread 0 reads the row above the band from a small boundary buffer ``Rb``
+that the band above publishes chunk by chunk (``TW`` columns) with a progress counter; the band
+below spins on that counter.  Blocks take a *ticket* from an atomic counter and derive their
+(band, pair) from it, so a block only ever waits for blocks that started before it: no
+deadlock whatever order the hardware schedules blocks in, and the CUDA simulator (which runs
+blocks one at a time) works too.  One launch does the whole forward, one the whole backward:
+launches per step are O(1), not O(N + M).
+
+Accuracy
+--------
+The backward never forms ``(R[i+1, j] - R[i, j] - C[i+1, j]) / gamma`` (the published form,
+which cancels catastrophically in float32 when ``R`` is large).  Instead the forward stores, per
+cell, the soft-min *weights* of its three predecessors
+
+.. math::  p_k = e^{-(r_k - m)/\\gamma} \\big/ \\textstyle\\sum_l e^{-(r_l - m)/\\gamma},
+           \\quad m = \\min_l r_l,
+
+computed from *differences of neighbouring R values in float64*, and the backward is the pure
+linear recursion ``E[p] = sum_s E[s] p_s(p)`` over successors ``s``.  All DP arithmetic is
+float64 whatever the input dtype (Hopper runs float64 at half the float32 rate); only the stored
+weights take the input's precision (float32 weights have relative error 6e-8).  Fused squared
+distances are float64 dot products ``|x|^2 + |y|^2 - 2 x.y`` with float64 norms.
+
+Memory
+------
+``P`` (B, 2, N, M) holds (p_diag, p_up); p_left = 1 - p_diag - p_up.  The backward overwrites
+plane 1 with ``E`` in place (each cell is read before it is written, by the same thread), so
+``E = P[:, 1]`` needs no extra buffer.  Boundary buffers are (B, ceil(N/TB), Mp) float64 with
+``Mp`` padded to a multiple of ``TW`` so that every chunk of a boundary row owns whole cache
+lines (a stale-L1 read of a line shared with an earlier chunk is impossible).
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float64, int32
+
+TB = 32  # rows per band = threads per block (one warp)
+TW = 32  # columns per chunk (published / staged together); TW == TB is assumed below
+DC = 16  # features staged in shared memory per pass of the fused distance
+INF = math.inf
+
+
+@cuda.jit(device=True, inline=True)
+def _softmin3(r_diag, r_up, r_left, gamma):
+    """Soft-min of three float64 values and the weights of the first two.
+
+    NaN anywhere propagates to the value (it enters the sum of exponentials).
+    """
+    m = r_diag
+    if r_up < m:
+        m = r_up
+    if r_left < m:
+        m = r_left
+    if m == INF:
+        return INF, 0.0, 0.0
+    ed = math.exp((m - r_diag) / gamma)
+    eu = math.exp((m - r_up) / gamma)
+    el = math.exp((m - r_left) / gamma)
+    s = ed + eu + el
+    return m - gamma * math.log(s), ed / s, eu / s
+
+
+@cuda.jit(device=True, inline=True)
+def _take_ticket(flags, tk):
+    if cuda.threadIdx.x == 0:
+        tk[0] = cuda.atomic.add(flags, 0, 1)
+    cuda.syncthreads()
+    return tk[0]
+
+
+@cuda.jit(device=True, inline=True)
+def _wait(flags, idx, need):
+    """Thread 0 spins until ``flags[idx] >= need``; the block then proceeds together."""
+    if cuda.threadIdx.x == 0:
+        while cuda.atomic.add(flags, idx, 0) < need:
+            pass
+        cuda.threadfence()
+    cuda.syncthreads()
+
+
+@cuda.jit(device=True, inline=True)
+def _publish(flags, idx, done):
+    cuda.threadfence()
+    cuda.atomic.max(flags, idx, done)
+
+
+def _build_forward(fused: bool):
+    """Forward kernel; ``fused`` is a compile-time constant (closure)."""
+
+    @cuda.jit
+    def forward(X, Y, XX, YY, N, M, D, gamma, lo, hi, P, Rb, flags, out, store):
+        """One block per (band, pair).
+
+        unfused: X = cost (B, N, M), Y/XX/YY unused.
+        fused:   X (B, N, D), Y (B, M, D), XX (B, N) = |x|^2, YY (B, M) = |y|^2 (float64).
+        P (B, 2, N, M) weights (written iff ``store``), Rb (B, nb, Mp) float64 boundary rows,
+        flags int32 [ticket, progress (B * nb)], out (B,) loss.
+        """
+        tid = cuda.threadIdx.x
+        B = out.shape[0]
+        nb = (N + TB - 1) // TB
+        tk = cuda.shared.array(1, int32)
+        t = _take_ticket(flags, tk)
+        k = t // B
+        b = t - k * B
+        i0 = k * TB
+        i = i0 + tid
+        row_ok = i < N
+        # blk[buf, 0] holds the cost block, overwritten by p_diag; blk[buf, 1] gets p_up.
+        blk = cuda.shared.array((2, 2, TB, TW), float64)
+        top = cuda.shared.array((2, TW), float64)
+        xch = cuda.shared.array((2, TB), float64)
+        if fused:
+            xsh = cuda.shared.array((DC, TB + 1), float64)
+            ysh = cuda.shared.array((DC, TW + 1), float64)
+        xch[1, tid] = INF
+        r_left = INF
+        r_diag = INF
+        if k == 0 and tid == 0:
+            r_diag = 0.0  # R[-1, -1] = 0
+        nchunks = (M + TB - 1 + TW - 1) // TW
+        for c in range(nchunks):
+            buf = c % 2
+            j0 = c * TW
+            jl = j0 + tid  # the column this thread stages
+            if j0 < M:
+                if k > 0:
+                    _wait(flags, 1 + b * nb + k - 1, min(j0 + TW, M))
+                    if jl < M:
+                        top[buf, tid] = cuda.atomic.add(Rb, (b, k - 1, jl), 0.0)
+                    else:
+                        top[buf, tid] = INF
+                else:
+                    top[buf, tid] = INF
+                if fused:
+                    acc = cuda.local.array(TB, float64)
+                    for r in range(TB):
+                        acc[r] = 0.0
+                    for d0 in range(0, D, DC):
+                        cuda.syncthreads()
+                        for q in range(tid, TB * DC, TB):
+                            r = q // DC
+                            dd = q - r * DC
+                            d = d0 + dd
+                            xv = 0.0
+                            yv = 0.0
+                            if d < D:
+                                if i0 + r < N:
+                                    xv = X[b, i0 + r, d]
+                                if j0 + r < M:
+                                    yv = Y[b, j0 + r, d]
+                            xsh[dd, r] = xv
+                            ysh[dd, r] = yv
+                        cuda.syncthreads()
+                        for dd in range(DC):
+                            yv = ysh[dd, tid]
+                            for r in range(TB):
+                                acc[r] += xsh[dd, r] * yv
+                    for r in range(TB):
+                        v = 0.0
+                        if i0 + r < N and jl < M:
+                            v = XX[b, i0 + r] + YY[b, jl] - 2.0 * acc[r]
+                            if v < 0.0:
+                                v = 0.0
+                        blk[buf, 0, r, tid] = v
+                else:
+                    for r in range(TB):
+                        v = 0.0
+                        if i0 + r < N and jl < M:
+                            v = X[b, i0 + r, jl]
+                        blk[buf, 0, r, tid] = v
+            cuda.syncthreads()
+            for kk in range(TW):
+                s = j0 + kk
+                j = s - tid
+                if tid == 0:
+                    up = top[buf, kk]
+                else:
+                    up = xch[(s + 1) % 2, tid - 1]
+                r = INF
+                if row_ok and j >= 0 and j < M:
+                    if kk >= tid:
+                        cb = buf
+                        col = kk - tid
+                    else:
+                        cb = 1 - buf
+                        col = kk - tid + TW
+                    pd = 0.0
+                    pu = 0.0
+                    dj = j - i
+                    if dj >= -lo and dj <= hi:
+                        m, pd, pu = _softmin3(r_diag, up, r_left, gamma)
+                        r = blk[cb, 0, tid, col] + m
+                    blk[cb, 0, tid, col] = pd
+                    blk[cb, 1, tid, col] = pu
+                    if tid == TB - 1:
+                        Rb[b, k, j] = r
+                    if i == N - 1 and j == M - 1:
+                        out[b] = r
+                xch[s % 2, tid] = r
+                r_left = r
+                r_diag = up
+                cuda.syncthreads()
+            if tid == TB - 1 and k < nb - 1:
+                _publish(flags, 1 + b * nb + k, min(j0 + TW - TB + 1, M))
+            # Chunk c - 1 is complete now: write its weights out, coalesced along columns.
+            if store and c > 0:
+                jp = j0 - TW + tid
+                if jp < M:
+                    for r in range(TB):
+                        if i0 + r < N:
+                            P[b, 0, i0 + r, jp] = blk[1 - buf, 0, r, tid]
+                            P[b, 1, i0 + r, jp] = blk[1 - buf, 1, r, tid]
+            cuda.syncthreads()
+        if store:
+            c = nchunks - 1
+            jp = c * TW + tid
+            if jp < M:
+                for r in range(TB):
+                    if i0 + r < N:
+                        P[b, 0, i0 + r, jp] = blk[c % 2, 0, r, tid]
+                        P[b, 1, i0 + r, jp] = blk[c % 2, 1, r, tid]
+
+    return forward
+
+
+@cuda.jit
+def backward(P, N, M, gout, Gb, flags):
+    """Expected alignment, written in place: ``P[:, 1] <- E * gout``.
+
+    Lane ``t`` at step ``s`` handles column ``M - 1 - s + (TB - 1 - t)`` (the bottom row leads).
+    Pull form: ``E[i, j] = E[i, j+1] p_left(i, j+1) + E[i+1, j] p_up(i+1, j)
+    + E[i+1, j+1] p_diag(i+1, j+1)``.  Lane ``t`` hands lane ``t - 1`` the sum of the last two
+    terms it owes it (``v``); the top lane hands the same ``v`` to the band above through
+    ``Gb`` (B, nb, Mp) float64, published chunk by chunk.
+    """
+    tid = cuda.threadIdx.x
+    B = gout.shape[0]
+    nb = (N + TB - 1) // TB
+    tk = cuda.shared.array(1, int32)
+    t = _take_ticket(flags, tk)
+    kr = t // B
+    k = nb - 1 - kr
+    b = t - kr * B
+    i0 = k * TB
+    i = i0 + tid
+    row_ok = i < N
+    blk = cuda.shared.array((2, 2, TB, TW), float64)
+    below = cuda.shared.array((2, TW), float64)
+    xch = cuda.shared.array((2, TB), float64)
+    xch[1, tid] = 0.0
+    e_left = 0.0
+    d_prev = 0.0
+    g = gout[b]
+    nchunks = (M + TB - 1 + TW - 1) // TW
+    for c in range(nchunks):
+        buf = c % 2
+        s0 = c * TW
+        jl = M - 1 - (s0 + tid)  # the column this thread stages (columns run right to left)
+        if s0 < M:
+            if k < nb - 1:
+                _wait(flags, 1 + b * nb + k + 1, min(s0 + TW, M))
+                if jl >= 0:
+                    below[buf, tid] = cuda.atomic.add(Gb, (b, k + 1, jl), 0.0)
+                else:
+                    below[buf, tid] = 0.0
+            else:
+                below[buf, tid] = 0.0
+            for r in range(TB):
+                pd = 0.0
+                pu = 0.0
+                if i0 + r < N and jl >= 0:
+                    pd = P[b, 0, i0 + r, jl]
+                    pu = P[b, 1, i0 + r, jl]
+                blk[buf, 0, r, tid] = pd
+                blk[buf, 1, r, tid] = pu
+        cuda.syncthreads()
+        for kk in range(TW):
+            s = s0 + kk
+            j = M - 1 - s + (TB - 1 - tid)
+            if tid == TB - 1:
+                inc = below[buf, kk]
+            else:
+                inc = xch[(s + 1) % 2, tid + 1]
+            v = 0.0
+            d_cur = 0.0
+            if row_ok and j >= 0 and j < M:
+                lofs = kk - (TB - 1 - tid)
+                if lofs >= 0:
+                    cb = buf
+                    col = lofs
+                else:
+                    cb = 1 - buf
+                    col = lofs + TW
+                e = e_left + inc
+                if i == N - 1 and j == M - 1:
+                    e += g
+                pd = blk[cb, 0, tid, col]
+                pu = blk[cb, 1, tid, col]
+                blk[cb, 1, tid, col] = e
+                v = e * pu + d_prev
+                d_cur = e * pd
+                e_left = e * (1.0 - pd - pu)
+                if tid == 0:
+                    Gb[b, k, j] = v
+            else:
+                e_left = 0.0
+            xch[s % 2, tid] = v
+            d_prev = d_cur
+            cuda.syncthreads()
+        if tid == 0 and k > 0:
+            _publish(flags, 1 + b * nb + k, min(s0 + TW - TB + 1, M))
+        if c > 0:
+            jp = M - 1 - (s0 - TW + tid)
+            if jp >= 0:
+                for r in range(TB):
+                    if i0 + r < N:
+                        P[b, 1, i0 + r, jp] = blk[1 - buf, 1, r, tid]
+        cuda.syncthreads()
+    c = nchunks - 1
+    jp = M - 1 - (c * TW + tid)
+    if jp >= 0:
+        for r in range(TB):
+            if i0 + r < N:
+                P[b, 1, i0 + r, jp] = blk[c % 2, 1, r, tid]
+
+
+forward_cost = _build_forward(False)
+forward_fused = _build_forward(True)

@@ -1,0 +1,217 @@
+"""Functional API: ``softdtw`` (sequences) and ``softdtw_from_cost`` (any cost matrix).
+
+Backend table
+-------------
+
+============  =====================================  =======================================
+backend       cost path (``fused=False``)            fused squared Euclidean
+============  =====================================  =======================================
+reference     float64 NumPy reference (slow oracle)  --
+cpu           Numba CPU kernels, float64 inside      --
+cuda          Numba CUDA kernels (wavefront bands)   Numba CUDA kernel, no (B, N, M) tensor
+============  =====================================  =======================================
+
+``backend="auto"`` picks ``"cuda"`` for CUDA tensors (warning and falling back to ``"cpu"``
+when numba-cuda cannot run) and ``"cpu"`` for CPU tensors.  ``fused=None`` means fused when
+the backend has a fused kernel and ``dist="sqeuclidean"``, unfused otherwise.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from sdtw import _validation as V
+from sdtw._band import band_offsets
+from sdtw.cpu import CPUSoftDTW
+from sdtw.reference import softdtw_reference
+
+__all__ = ["pairwise_cost", "softdtw", "softdtw_from_cost"]
+
+
+def _cuda_module():
+    # Imported lazily: numba.cuda must never be touched at `import sdtw` time.
+    from sdtw import cuda as sdtw_cuda
+
+    return sdtw_cuda
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """Apply the ``"auto"`` rule and check the backend can run tensors on ``device``."""
+    if backend == "auto":
+        if device.type == "cuda":
+            ok, why = _cuda_module().cuda_usable()
+            if ok:
+                return "cuda"
+            warnings.warn(
+                f"backend='auto': CUDA tensors but the CUDA kernels cannot run ({why}); "
+                "falling back to the CPU backend (tensors are copied to the CPU)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return "cpu"
+        return "cpu"
+    if backend == "cuda":
+        ok, why = _cuda_module().cuda_usable()
+        if not ok:
+            raise RuntimeError(f"backend='cuda' is not usable here: {why}")
+        if device.type != "cuda" and not _cuda_module().simulator_enabled():
+            raise ValueError(
+                f"backend='cuda' needs CUDA tensors, got tensors on {device} "
+                "(or set NUMBA_ENABLE_CUDASIM=1 to run the kernels in the CPU simulator)"
+            )
+    return backend
+
+
+def pairwise_cost(x: torch.Tensor, y: torch.Tensor, dist: str | Callable) -> torch.Tensor:
+    """Cost tensor (B, N, M) between x (B, N, D) and y (B, M, D), in x's dtype.
+
+    ``sqeuclidean`` uses ``|x|^2 + |y|^2 - 2 x y^T`` (one batched matmul, clamped at 0);
+    ``euclidean`` and ``l1`` use ``torch.cdist``; a callable is called as ``dist(x, y)``.
+    """
+    if callable(dist):
+        cost = dist(x, y)
+        V.check_cost_shape(cost, x.shape[0], x.shape[1], y.shape[1])
+        return cost
+    if dist == "sqeuclidean":
+        xx = (x * x).sum(-1, keepdim=True)
+        yy = (y * y).sum(-1).unsqueeze(-2)
+        return torch.baddbmm(xx + yy, x, y.transpose(1, 2), alpha=-2.0).clamp_min(0.0)
+    if dist == "euclidean":
+        return torch.cdist(x, y, p=2.0)
+    return torch.cdist(x, y, p=1.0)
+
+
+def _cost_loss(cost: torch.Tensor, gamma: float, bandwidth: int | None, backend: str) -> torch.Tensor:
+    """Soft-DTW of a validated cost (B, N, M) on a resolved backend -> (B,)."""
+    N, M = cost.shape[1], cost.shape[2]
+    if backend == "reference":
+        return softdtw_reference(cost, gamma, bandwidth)
+    lo, hi = band_offsets(N, M, bandwidth)
+    if backend == "cpu":
+        if cost.device.type != "cpu":
+            return CPUSoftDTW.apply(cost.cpu(), gamma, lo, hi).to(cost.device)
+        return CPUSoftDTW.apply(cost, gamma, lo, hi)
+    return _cuda_module().softdtw_cost(cost, gamma, lo, hi)
+
+
+def _pair_loss(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    gamma: float,
+    bandwidth: int | None,
+    dist: str | Callable,
+    fused: bool | None,
+    backend: str,
+) -> torch.Tensor:
+    """Soft-DTW of validated batched sequences (no normalisation) -> (B,)."""
+    can_fuse = backend == "cuda" and dist == "sqeuclidean"
+    if fused is True and not can_fuse:
+        raise ValueError(
+            "fused=True needs dist='sqeuclidean' and the CUDA backend; "
+            f"got dist={dist!r}, backend={backend!r}"
+        )
+    if can_fuse and fused is not False:
+        lo, hi = band_offsets(x.shape[1], y.shape[1], bandwidth)
+        return _cuda_module().softdtw_fused(x, y, gamma, lo, hi)
+    if backend in ("cpu", "reference") and not callable(dist):
+        # The CPU paths work in float64 anyway: build the cost there too, so float32
+        # inputs lose nothing to float32 rounding of the distances.
+        cost = pairwise_cost(x.double(), y.double(), dist)
+        return _cost_loss(cost, gamma, bandwidth, backend).to(x.dtype)
+    return _cost_loss(pairwise_cost(x, y, dist), gamma, bandwidth, backend)
+
+
+def softdtw(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    gamma: float = 1.0,
+    bandwidth: int | None = None,
+    normalize: bool = False,
+    dist: str | Callable = "sqeuclidean",
+    fused: bool | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Soft-DTW between batches of sequences.
+
+    .. math::
+
+        \\mathrm{sdtw}_\\gamma(x, y) = \\operatorname{softmin}_\\gamma
+            \\{\\langle A, C(x, y)\\rangle : A \\text{ monotone alignment}\\},
+        \\qquad \\operatorname{softmin}_\\gamma(a) = -\\gamma \\log \\sum_k e^{-a_k/\\gamma}
+
+    Parameters
+    ----------
+    x : Tensor, shape (B, N, D) or (N, D)
+    y : Tensor, shape (B, M, D) or (M, D)
+        Same batch size, feature size, device; floating dtype.  ``N != M`` is fine.
+    gamma : float
+        Smoothing, > 0.  ``gamma -> 0`` recovers DTW.
+    bandwidth : int or None
+        Sakoe-Chiba radius; for ``N != M`` the band follows tslearn's ``sakoe_chiba_mask``.
+        ``None`` or ``<= 0`` disables it.
+    normalize : bool
+        Return the soft-DTW divergence ``sdtw(x, y) - (sdtw(x, x) + sdtw(y, y)) / 2``
+        (any ``N``, ``M``).
+    dist : {"sqeuclidean", "euclidean", "l1"} or callable
+        Ground cost.  A callable gets ``(x, y)`` batched and must return (B, N, M).
+    fused : bool or None
+        ``True``: require the fused squared-Euclidean kernel (CUDA only); ``False``: always
+        build the cost tensor; ``None``: fused whenever possible.
+    backend : {"auto", "cpu", "cuda", "reference"}
+        See the module docstring for the table and the ``"auto"`` rule.
+
+    Returns
+    -------
+    Tensor, shape (B,), or a 0-dim tensor for unbatched inputs; x's dtype.
+    Differentiable with respect to x and y.  NaN in the inputs gives NaN.
+    """
+    x, y, unbatched = V.check_sequences(x, y)
+    gamma = V.check_gamma(gamma)
+    bandwidth = V.check_bandwidth(bandwidth)
+    dist = V.check_dist(dist)
+    fused = V.check_fused(fused)
+    backend = resolve_backend(V.check_backend(backend), x.device)
+    args = (gamma, bandwidth, dist, fused, backend)
+    if not normalize:
+        out = _pair_loss(x, y, *args)
+    elif x.shape[1] == y.shape[1]:
+        # One launch for the three terms: stack (x, y), (x, x), (y, y) along the batch.
+        B = x.shape[0]
+        both = _pair_loss(torch.cat([x, x, y]), torch.cat([y, x, y]), *args)
+        out = both[:B] - 0.5 * (both[B : 2 * B] + both[2 * B :])
+    else:
+        out = _pair_loss(x, y, *args) - 0.5 * (_pair_loss(x, x, *args) + _pair_loss(y, y, *args))
+    return out[0] if unbatched else out
+
+
+def softdtw_from_cost(
+    cost: torch.Tensor,
+    *,
+    gamma: float = 1.0,
+    bandwidth: int | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Soft-DTW of a precomputed cost tensor.
+
+    Parameters
+    ----------
+    cost : Tensor, shape (B, N, M) or (N, M)
+        Any ground cost (it need not be a distance; entries may be negative).
+    gamma, bandwidth, backend
+        As in :func:`softdtw`.
+
+    Returns
+    -------
+    Tensor, shape (B,) (0-dim for an unbatched cost).  Its gradient with respect to
+    ``cost`` is the expected alignment matrix ``E`` (B, N, M) times the upstream gradient.
+    """
+    cost, unbatched = V.check_cost(cost)
+    gamma = V.check_gamma(gamma)
+    bandwidth = V.check_bandwidth(bandwidth)
+    backend = resolve_backend(V.check_backend(backend), cost.device)
+    out = _cost_loss(cost, gamma, bandwidth, backend)
+    return out[0] if unbatched else out

@@ -1,0 +1,75 @@
+"""``SoftDTW`` as an ``nn.Module`` (drop-in for the paper's ``softdtw_cuda.SoftDTW``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from sdtw import _validation as V
+from sdtw.functional import softdtw
+
+__all__ = ["SoftDTW"]
+
+
+class SoftDTW(nn.Module):
+    """Soft-DTW loss module.
+
+    Parameters
+    ----------
+    gamma : float
+        Smoothing, > 0.
+    bandwidth : int or None
+        Sakoe-Chiba radius (tslearn's band for ``N != M``); ``None`` or ``<= 0``: no band.
+    normalize : bool
+        Soft-DTW divergence ``sdtw(x, y) - (sdtw(x, x) + sdtw(y, y)) / 2``; any ``N``, ``M``.
+    dist : {"sqeuclidean", "euclidean", "l1"} or callable
+        Ground cost; a callable maps ``(x, y)`` (B, N, D), (B, M, D) to (B, N, M).
+    fused : bool or None
+        ``None`` (fused when possible), ``True`` (require), ``False`` (never).
+    backend : {"auto", "cpu", "cuda", "reference"}
+        ``"auto"``: CUDA kernels for CUDA tensors, Numba CPU kernels for CPU tensors.
+
+    Shapes
+    ------
+    ``forward(x, y)``: x (B, N, D) or (N, D), y (B, M, D) or (M, D) -> (B,) (0-dim if
+    unbatched).  Arguments are validated here, once, so a bad setting fails at
+    construction, not at the first batch.
+    """
+
+    def __init__(
+        self,
+        *,
+        gamma: float = 1.0,
+        bandwidth: int | None = None,
+        normalize: bool = False,
+        dist: str | Callable = "sqeuclidean",
+        fused: bool | None = None,
+        backend: str = "auto",
+    ) -> None:
+        super().__init__()
+        self.gamma = V.check_gamma(gamma)
+        self.bandwidth = V.check_bandwidth(bandwidth)
+        self.normalize = bool(normalize)
+        self.dist = V.check_dist(dist)
+        self.fused = V.check_fused(fused)
+        self.backend = V.check_backend(backend)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return softdtw(
+            x,
+            y,
+            gamma=self.gamma,
+            bandwidth=self.bandwidth,
+            normalize=self.normalize,
+            dist=self.dist,
+            fused=self.fused,
+            backend=self.backend,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"gamma={self.gamma}, bandwidth={self.bandwidth}, normalize={self.normalize}, "
+            f"dist={self.dist!r}, fused={self.fused}, backend={self.backend!r}"
+        )

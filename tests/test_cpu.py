@@ -1,0 +1,144 @@
+"""The Numba CPU path against the float64 reference (forward table, values, gradients)."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+import torch
+
+from sdtw._band import band_mask, band_offsets
+from sdtw.cpu import CPUSoftDTW, cpu_backward, cpu_forward
+from sdtw.reference import reference_backward, reference_forward
+
+SHAPES = [(2, 1, 1), (3, 1, 5), (2, 5, 1), (2, 7, 4), (3, 4, 9), (2, 13, 13)]
+GAMMAS = [1.0, 0.1, 0.01, 0.001]
+BANDWIDTHS = [None, 1, 2]
+COSTS = ["uniform", "sqdist"]
+RTOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+
+
+def _rng(*key: object) -> np.random.Generator:
+    """A generator seeded from the test case, so every case draws different, reproducible data."""
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _cost(rng: np.random.Generator, shape: tuple[int, int, int], kind: str) -> np.ndarray:
+    B, N, M = shape
+    if kind == "uniform":
+        return rng.random(shape)
+    x = rng.standard_normal((B, N, 3))
+    y = rng.standard_normal((B, M, 3))
+    return ((x[:, :, None, :] - y[:, None, :, :]) ** 2).sum(-1)
+
+
+def _relerr(actual: np.ndarray, expected: np.ndarray) -> float:
+    scale = np.linalg.norm(expected)
+    diff = np.linalg.norm(actual - expected)
+    return diff / scale if scale > 0 else diff
+
+
+def _reference(cost: np.ndarray, gamma: float, bandwidth: int | None, grad_out: np.ndarray):
+    """Reference values (B,), padded table (B, N + 1, M + 1) and gradient (B, N, M)."""
+    N, M = cost.shape[1:]
+    R = reference_forward(cost, gamma, bandwidth)
+    E = reference_backward(cost, R, gamma, bandwidth)
+    return R[:, N, M], R[:, : N + 1, : M + 1], E * grad_out[:, None, None]
+
+
+@pytest.mark.parametrize("kind", COSTS)
+@pytest.mark.parametrize("bandwidth", BANDWIDTHS)
+@pytest.mark.parametrize("gamma", GAMMAS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_kernels_match_reference(shape, gamma, bandwidth, kind):
+    rng = _rng("kernels", shape, gamma, bandwidth, kind)
+    cost = _cost(rng, shape, kind)
+    grad_out = rng.normal(size=shape[0])
+    lo, hi = band_offsets(shape[1], shape[2], bandwidth)
+    ref_values, ref_R, ref_grad = _reference(cost, gamma, bandwidth, grad_out)
+
+    values, R = cpu_forward(cost, gamma, lo, hi)
+    assert values.shape == (shape[0],) and values.dtype == np.float64
+    assert R.shape == ref_R.shape and R.dtype == np.float64
+    np.testing.assert_array_equal(np.isposinf(R), np.isposinf(ref_R))
+    finite = np.isfinite(ref_R)
+    assert _relerr(R[finite], ref_R[finite]) <= RTOL[torch.float64]
+    assert _relerr(values, ref_values) <= RTOL[torch.float64]
+
+    grad = cpu_backward(R, gamma, lo, hi, grad_out)
+    assert grad.shape == shape and grad.dtype == np.float64
+    assert _relerr(grad, ref_grad) <= RTOL[torch.float64]
+    outside = ~band_mask(shape[1], shape[2], bandwidth)
+    assert np.all(grad[:, outside] == 0.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("bandwidth", BANDWIDTHS)
+@pytest.mark.parametrize("gamma", GAMMAS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_autograd_matches_reference(shape, gamma, bandwidth, dtype):
+    rng = _rng("autograd", shape, gamma, bandwidth, str(dtype))
+    cost = torch.as_tensor(_cost(rng, shape, "sqdist"), dtype=dtype).requires_grad_()
+    grad_out = rng.normal(size=shape[0])
+    lo, hi = band_offsets(shape[1], shape[2], bandwidth)
+    # The oracle sees exactly the (possibly rounded) input the fast path sees.
+    ref_values, _, ref_grad = _reference(cost.detach().double().numpy(), gamma, bandwidth, grad_out)
+
+    values = CPUSoftDTW.apply(cost, gamma, lo, hi)
+    assert values.shape == (shape[0],) and values.dtype == dtype
+    (values * torch.as_tensor(grad_out, dtype=dtype)).sum().backward()
+    assert cost.grad.shape == shape and cost.grad.dtype == dtype
+    assert _relerr(values.detach().double().numpy(), ref_values) <= RTOL[dtype]
+    assert _relerr(cost.grad.double().numpy(), ref_grad) <= RTOL[dtype]
+
+
+def test_autograd_gradcheck():
+    rng = _rng("gradcheck")
+    lo, hi = band_offsets(4, 6, 1)
+    cost = torch.as_tensor(rng.random((2, 4, 6))).requires_grad_()
+    assert torch.autograd.gradcheck(lambda c: CPUSoftDTW.apply(c, 0.3, lo, hi), (cost,))
+
+
+def test_no_grad_needed_builds_no_graph():
+    cost = torch.as_tensor(_rng("nograd").random((2, 3, 4)))
+    values = CPUSoftDTW.apply(cost, 1.0, *band_offsets(3, 4, None))
+    assert values.grad_fn is None and not values.requires_grad
+
+
+def test_inputs_not_modified():
+    rng = _rng("inplace")
+    cost = rng.random((3, 6, 5))
+    grad_out = rng.normal(size=3)
+    lo, hi = band_offsets(6, 5, 1)
+    cost_copy, grad_out_copy = cost.copy(), grad_out.copy()
+    _, R = cpu_forward(cost, 0.1, lo, hi)
+    R_copy = R.copy()
+    cpu_backward(R, 0.1, lo, hi, grad_out)
+    np.testing.assert_array_equal(cost, cost_copy)
+    np.testing.assert_array_equal(R, R_copy)
+    np.testing.assert_array_equal(grad_out, grad_out_copy)
+
+    # float64 CPU tensors reach the kernels without a copy: they must not be written either.
+    cost_t = torch.as_tensor(cost).requires_grad_()
+    values = CPUSoftDTW.apply(cost_t, 0.1, lo, hi)
+    grad_out_t = torch.as_tensor(grad_out)
+    values.backward(grad_out_t)
+    np.testing.assert_array_equal(cost_t.detach().numpy(), cost_copy)
+    np.testing.assert_array_equal(grad_out_t.numpy(), grad_out_copy)
+
+
+@pytest.mark.parametrize("gamma", [1e-2, 1e-4, 1e-6])
+def test_small_gamma_stays_a_probability(gamma):
+    # Every alignment path starts at (0, 0) and ends at (N - 1, M - 1), so with grad_out = 1
+    # the expected alignment is exactly 1 there and lies in [0, 1] everywhere.  Large costs and
+    # tiny gamma are where the published backward recursion loses all its digits.
+    rng = _rng("small-gamma", gamma)
+    cost = 100.0 * _cost(rng, (2, 20, 17), "sqdist")
+    lo, hi = band_offsets(20, 17, None)
+    _, R = cpu_forward(cost, gamma, lo, hi)
+    E = cpu_backward(R, gamma, lo, hi, np.ones(2))
+    assert np.all(np.isfinite(E))
+    np.testing.assert_allclose(E[:, 0, 0], 1.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(E[:, -1, -1], 1.0, rtol=0, atol=0)
+    assert E.min() >= 0.0 and E.max() <= 1.0 + 1e-12
