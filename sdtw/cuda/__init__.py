@@ -37,6 +37,9 @@ def simulator_enabled() -> bool:
 
 def cuda_usable() -> tuple[bool, str]:
     """Whether the Numba CUDA kernels can run here, and if not, why."""
+    from sdtw._compat import patch_numpy_for_numba
+
+    patch_numpy_for_numba()
     try:
         from numba import cuda
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -109,14 +112,15 @@ class _FusedFunction(torch.autograd.Function):
         E = _launch.backward(P, grad_out)  # (B, N, M), batch stride 2 N M
         del P
         xe, ye = x.to(E.dtype), y.to(E.dtype)
-        # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i)
+        # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i).
+        # baddbmm + in-place scaling: one (B, N, D) temporary each, nothing (B, N, M).
         gx = gy = None
         if ctx.needs_input_grad[0]:
-            gx = 2.0 * (E.sum(2).unsqueeze(-1) * xe - torch.bmm(E, ye))
+            gx = torch.baddbmm(xe * E.sum(2).unsqueeze(-1), E, ye, alpha=-1.0).mul_(2.0)
             gx = gx.to(x.dtype)
         if ctx.needs_input_grad[1]:
-            gy = 2.0 * (E.sum(1).unsqueeze(-1) * ye - torch.bmm(E.transpose(1, 2), xe))
-            gy = gy.to(y.dtype)
+            gy = torch.baddbmm(ye * E.sum(1).unsqueeze(-1), E.transpose(1, 2), xe, alpha=-1.0)
+            gy = gy.mul_(2.0).to(y.dtype)
         return gx, gy, None, None, None
 
 

@@ -43,17 +43,19 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda, float64, int32
+from numba import cuda, float32, float64, int32
 
 TB = 32  # rows per band = threads per block (one warp)
 TW = 32  # columns per chunk (published / staged together); TW == TB is assumed below
 DC = 16  # features staged in shared memory per pass of the fused distance
+TB1 = TB + 1  # padded row length (bank-conflict-free column writes)
+TW1 = TW + 1
 INF = math.inf
 
 
 @cuda.jit(device=True, inline=True)
-def _softmin3(r_diag, r_up, r_left, gamma):
-    """Soft-min of three float64 values and the weights of the first two.
+def _softmin3(r_diag, r_up, r_left, gamma, inv_gamma):
+    """Soft-min of three float64 values and the weights of the first two (float64 math).
 
     NaN anywhere propagates to the value (it enters the sum of exponentials).
     """
@@ -64,11 +66,35 @@ def _softmin3(r_diag, r_up, r_left, gamma):
         m = r_left
     if m == INF:
         return INF, 0.0, 0.0
-    ed = math.exp((m - r_diag) / gamma)
-    eu = math.exp((m - r_up) / gamma)
-    el = math.exp((m - r_left) / gamma)
+    ed = math.exp((m - r_diag) * inv_gamma)
+    eu = math.exp((m - r_up) * inv_gamma)
+    el = math.exp((m - r_left) * inv_gamma)
     s = ed + eu + el
-    return m - gamma * math.log(s), ed / s, eu / s
+    inv_s = 1.0 / s
+    return m - gamma * math.log(s), ed * inv_s, eu * inv_s
+
+
+@cuda.jit(device=True, inline=True)
+def _softmin3_fast(r_diag, r_up, r_left, gamma, inv_gamma):
+    """As :func:`_softmin3`, with float32 exp/log of the float64 *differences*.
+
+    The arguments of exp are ``(m - r_k) / gamma <= 0`` formed in float64, so rounding them to
+    float32 costs a relative 6e-8 of the weight, not an absolute error that grows with ``R``;
+    ``log(s)`` with ``s`` in [1, 3] is good to 1e-7 absolute.  R itself stays float64.
+    """
+    m = r_diag
+    if r_up < m:
+        m = r_up
+    if r_left < m:
+        m = r_left
+    if m == INF:
+        return INF, 0.0, 0.0
+    ed = math.exp(float32((m - r_diag) * inv_gamma))
+    eu = math.exp(float32((m - r_up) * inv_gamma))
+    el = math.exp(float32((m - r_left) * inv_gamma))
+    s = ed + eu + el
+    inv_s = float32(1.0) / s
+    return m - gamma * float64(math.log(s)), float64(ed * inv_s), float64(eu * inv_s)
 
 
 @cuda.jit(device=True, inline=True)
@@ -95,8 +121,17 @@ def _publish(flags, idx, done):
     cuda.atomic.max(flags, idx, done)
 
 
-def _build_forward(fused: bool):
-    """Forward kernel; ``fused`` is a compile-time constant (closure)."""
+def _build_forward(fused: bool, fast: bool):
+    """Forward kernel; ``fused`` and ``fast`` are compile-time constants (closure).
+
+    ``fast`` selects float32 transcendentals (:func:`_softmin3_fast`), used for float32
+    inputs; float64 inputs get float64 throughout.
+    """
+    softmin3 = _softmin3_fast if fast else _softmin3
+    # The staged block holds the cost and then the weights.  float32 suffices when both are
+    # float32 anyway (unfused float32 cost, float32 weights): half the shared memory, so twice
+    # the resident blocks per SM.  Fused distances are float64 and need the float64 block.
+    blk_t = float32 if (fast and not fused) else float64
 
     @cuda.jit
     def forward(X, Y, XX, YY, N, M, D, gamma, lo, hi, P, Rb, flags, out, store):
@@ -110,6 +145,7 @@ def _build_forward(fused: bool):
         tid = cuda.threadIdx.x
         B = out.shape[0]
         nb = (N + TB - 1) // TB
+        inv_gamma = 1.0 / gamma
         tk = cuda.shared.array(1, int32)
         t = _take_ticket(flags, tk)
         k = t // B
@@ -118,12 +154,12 @@ def _build_forward(fused: bool):
         i = i0 + tid
         row_ok = i < N
         # blk[buf, 0] holds the cost block, overwritten by p_diag; blk[buf, 1] gets p_up.
-        blk = cuda.shared.array((2, 2, TB, TW), float64)
+        blk = cuda.shared.array((2, 2, TB, TW), blk_t)
         top = cuda.shared.array((2, TW), float64)
         xch = cuda.shared.array((2, TB), float64)
         if fused:
-            xsh = cuda.shared.array((DC, TB + 1), float64)
-            ysh = cuda.shared.array((DC, TW + 1), float64)
+            xsh = cuda.shared.array((DC, TB1), float64)
+            ysh = cuda.shared.array((DC, TW1), float64)
         xch[1, tid] = INF
         r_left = INF
         r_diag = INF
@@ -135,14 +171,6 @@ def _build_forward(fused: bool):
             j0 = c * TW
             jl = j0 + tid  # the column this thread stages
             if j0 < M:
-                if k > 0:
-                    _wait(flags, 1 + b * nb + k - 1, min(j0 + TW, M))
-                    if jl < M:
-                        top[buf, tid] = cuda.atomic.add(Rb, (b, k - 1, jl), 0.0)
-                    else:
-                        top[buf, tid] = INF
-                else:
-                    top[buf, tid] = INF
                 if fused:
                     acc = cuda.local.array(TB, float64)
                     for r in range(TB):
@@ -180,6 +208,15 @@ def _build_forward(fused: bool):
                         if i0 + r < N and jl < M:
                             v = X[b, i0 + r, jl]
                         blk[buf, 0, r, tid] = v
+                # Wait for the band above only now: the cost block does not depend on it.
+                if k > 0:
+                    _wait(flags, 1 + b * nb + k - 1, min(j0 + TW, M))
+                    if jl < M:
+                        top[buf, tid] = cuda.atomic.add(Rb, (b, k - 1, jl), 0.0)
+                    else:
+                        top[buf, tid] = INF
+                else:
+                    top[buf, tid] = INF
             cuda.syncthreads()
             for kk in range(TW):
                 s = j0 + kk
@@ -200,7 +237,7 @@ def _build_forward(fused: bool):
                     pu = 0.0
                     dj = j - i
                     if dj >= -lo and dj <= hi:
-                        m, pd, pu = _softmin3(r_diag, up, r_left, gamma)
+                        m, pd, pu = softmin3(r_diag, up, r_left, gamma, inv_gamma)
                         r = blk[cb, 0, tid, col] + m
                     blk[cb, 0, tid, col] = pd
                     blk[cb, 1, tid, col] = pu
@@ -235,106 +272,115 @@ def _build_forward(fused: bool):
     return forward
 
 
-@cuda.jit
-def backward(P, N, M, gout, Gb, flags):
-    """Expected alignment, written in place: ``P[:, 1] <- E * gout``.
+def _build_backward(fast: bool):
+    """Backward kernel; ``fast`` (float32 weights) stages them in a float32 block."""
+    blk_t = float32 if fast else float64
 
-    Lane ``t`` at step ``s`` handles column ``M - 1 - s + (TB - 1 - t)`` (the bottom row leads).
-    Pull form: ``E[i, j] = E[i, j+1] p_left(i, j+1) + E[i+1, j] p_up(i+1, j)
-    + E[i+1, j+1] p_diag(i+1, j+1)``.  Lane ``t`` hands lane ``t - 1`` the sum of the last two
-    terms it owes it (``v``); the top lane hands the same ``v`` to the band above through
-    ``Gb`` (B, nb, Mp) float64, published chunk by chunk.
-    """
-    tid = cuda.threadIdx.x
-    B = gout.shape[0]
-    nb = (N + TB - 1) // TB
-    tk = cuda.shared.array(1, int32)
-    t = _take_ticket(flags, tk)
-    kr = t // B
-    k = nb - 1 - kr
-    b = t - kr * B
-    i0 = k * TB
-    i = i0 + tid
-    row_ok = i < N
-    blk = cuda.shared.array((2, 2, TB, TW), float64)
-    below = cuda.shared.array((2, TW), float64)
-    xch = cuda.shared.array((2, TB), float64)
-    xch[1, tid] = 0.0
-    e_left = 0.0
-    d_prev = 0.0
-    g = gout[b]
-    nchunks = (M + TB - 1 + TW - 1) // TW
-    for c in range(nchunks):
-        buf = c % 2
-        s0 = c * TW
-        jl = M - 1 - (s0 + tid)  # the column this thread stages (columns run right to left)
-        if s0 < M:
-            if k < nb - 1:
-                _wait(flags, 1 + b * nb + k + 1, min(s0 + TW, M))
-                if jl >= 0:
-                    below[buf, tid] = cuda.atomic.add(Gb, (b, k + 1, jl), 0.0)
+    @cuda.jit
+    def backward(P, N, M, gout, Gb, flags):
+        """Expected alignment, written in place: ``P[:, 1] <- E * gout``.
+
+        Lane ``t`` at step ``s`` handles column ``M - 1 - s + (TB - 1 - t)`` (the bottom row leads).
+        Pull form: ``E[i, j] = E[i, j+1] p_left(i, j+1) + E[i+1, j] p_up(i+1, j)
+        + E[i+1, j+1] p_diag(i+1, j+1)``.  Lane ``t`` hands lane ``t - 1`` the sum of the last two
+        terms it owes it (``v``); the top lane hands the same ``v`` to the band above through
+        ``Gb`` (B, nb, Mp) float64, published chunk by chunk.
+        """
+        tid = cuda.threadIdx.x
+        B = gout.shape[0]
+        nb = (N + TB - 1) // TB
+        tk = cuda.shared.array(1, int32)
+        t = _take_ticket(flags, tk)
+        kr = t // B
+        k = nb - 1 - kr
+        b = t - kr * B
+        i0 = k * TB
+        i = i0 + tid
+        row_ok = i < N
+        blk = cuda.shared.array((2, 2, TB, TW), blk_t)
+        below = cuda.shared.array((2, TW), float64)
+        xch = cuda.shared.array((2, TB), float64)
+        xch[1, tid] = 0.0
+        e_left = 0.0
+        d_prev = 0.0
+        g = gout[b]
+        nchunks = (M + TB - 1 + TW - 1) // TW
+        for c in range(nchunks):
+            buf = c % 2
+            s0 = c * TW
+            jl = M - 1 - (s0 + tid)  # the column this thread stages (columns run right to left)
+            if s0 < M:
+                for r in range(TB):
+                    pd = 0.0
+                    pu = 0.0
+                    if i0 + r < N and jl >= 0:
+                        pd = P[b, 0, i0 + r, jl]
+                        pu = P[b, 1, i0 + r, jl]
+                    blk[buf, 0, r, tid] = pd
+                    blk[buf, 1, r, tid] = pu
+                # Wait for the band below only now: the weights do not depend on it.
+                if k < nb - 1:
+                    _wait(flags, 1 + b * nb + k + 1, min(s0 + TW, M))
+                    if jl >= 0:
+                        below[buf, tid] = cuda.atomic.add(Gb, (b, k + 1, jl), 0.0)
+                    else:
+                        below[buf, tid] = 0.0
                 else:
                     below[buf, tid] = 0.0
-            else:
-                below[buf, tid] = 0.0
-            for r in range(TB):
-                pd = 0.0
-                pu = 0.0
-                if i0 + r < N and jl >= 0:
-                    pd = P[b, 0, i0 + r, jl]
-                    pu = P[b, 1, i0 + r, jl]
-                blk[buf, 0, r, tid] = pd
-                blk[buf, 1, r, tid] = pu
-        cuda.syncthreads()
-        for kk in range(TW):
-            s = s0 + kk
-            j = M - 1 - s + (TB - 1 - tid)
-            if tid == TB - 1:
-                inc = below[buf, kk]
-            else:
-                inc = xch[(s + 1) % 2, tid + 1]
-            v = 0.0
-            d_cur = 0.0
-            if row_ok and j >= 0 and j < M:
-                lofs = kk - (TB - 1 - tid)
-                if lofs >= 0:
-                    cb = buf
-                    col = lofs
-                else:
-                    cb = 1 - buf
-                    col = lofs + TW
-                e = e_left + inc
-                if i == N - 1 and j == M - 1:
-                    e += g
-                pd = blk[cb, 0, tid, col]
-                pu = blk[cb, 1, tid, col]
-                blk[cb, 1, tid, col] = e
-                v = e * pu + d_prev
-                d_cur = e * pd
-                e_left = e * (1.0 - pd - pu)
-                if tid == 0:
-                    Gb[b, k, j] = v
-            else:
-                e_left = 0.0
-            xch[s % 2, tid] = v
-            d_prev = d_cur
             cuda.syncthreads()
-        if tid == 0 and k > 0:
-            _publish(flags, 1 + b * nb + k, min(s0 + TW - TB + 1, M))
-        if c > 0:
-            jp = M - 1 - (s0 - TW + tid)
-            if jp >= 0:
-                for r in range(TB):
-                    if i0 + r < N:
-                        P[b, 1, i0 + r, jp] = blk[1 - buf, 1, r, tid]
-        cuda.syncthreads()
-    c = nchunks - 1
-    jp = M - 1 - (c * TW + tid)
-    if jp >= 0:
-        for r in range(TB):
-            if i0 + r < N:
-                P[b, 1, i0 + r, jp] = blk[c % 2, 1, r, tid]
+            for kk in range(TW):
+                s = s0 + kk
+                j = M - 1 - s + (TB - 1 - tid)
+                if tid == TB - 1:
+                    inc = below[buf, kk]
+                else:
+                    inc = xch[(s + 1) % 2, tid + 1]
+                v = 0.0
+                d_cur = 0.0
+                if row_ok and j >= 0 and j < M:
+                    lofs = kk - (TB - 1 - tid)
+                    if lofs >= 0:
+                        cb = buf
+                        col = lofs
+                    else:
+                        cb = 1 - buf
+                        col = lofs + TW
+                    e = e_left + inc
+                    if i == N - 1 and j == M - 1:
+                        e += g
+                    pd = blk[cb, 0, tid, col]
+                    pu = blk[cb, 1, tid, col]
+                    blk[cb, 1, tid, col] = e
+                    v = e * pu + d_prev
+                    d_cur = e * pd
+                    e_left = e * (1.0 - pd - pu)
+                    if tid == 0:
+                        Gb[b, k, j] = v
+                else:
+                    e_left = 0.0
+                xch[s % 2, tid] = v
+                d_prev = d_cur
+                cuda.syncthreads()
+            if tid == 0 and k > 0:
+                _publish(flags, 1 + b * nb + k, min(s0 + TW - TB + 1, M))
+            if c > 0:
+                jp = M - 1 - (s0 - TW + tid)
+                if jp >= 0:
+                    for r in range(TB):
+                        if i0 + r < N:
+                            P[b, 1, i0 + r, jp] = blk[1 - buf, 1, r, tid]
+            cuda.syncthreads()
+        c = nchunks - 1
+        jp = M - 1 - (c * TW + tid)
+        if jp >= 0:
+            for r in range(TB):
+                if i0 + r < N:
+                    P[b, 1, i0 + r, jp] = blk[c % 2, 1, r, tid]
+
+    return backward
 
 
-forward_cost = _build_forward(False)
-forward_fused = _build_forward(True)
+#: forward kernels by (fused, fast)
+FORWARD = {(f, q): _build_forward(f, q) for f in (False, True) for q in (False, True)}
+#: backward kernels by fast (float32 weights)
+BACKWARD = {q: _build_backward(q) for q in (False, True)}
