@@ -42,9 +42,7 @@ def check_inputs(
             f"{tuple(x.shape)} and {tuple(y.shape)}"
         )
     if min(x.shape) < 1 or min(y.shape) < 1:
-        raise ValueError(
-            f"{name}: empty input, shapes {tuple(x.shape)} and {tuple(y.shape)}"
-        )
+        raise ValueError(f"{name}: empty input, shapes {tuple(x.shape)} and {tuple(y.shape)}")
     if x.dtype != y.dtype or x.dtype not in dtypes:
         raise TypeError(
             f"{name}: x and y must share one dtype out of {dtypes}, got {x.dtype} and {y.dtype}"

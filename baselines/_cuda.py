@@ -23,11 +23,9 @@ from typing import Any
 import numpy as np
 import torch
 
-# numpy 2.5 removed ``np.row_stack``; numba-cuda still registers an overload for it when its
-# array module is first imported (at the first kernel compilation), which then fails with
-# AttributeError.  The alias is what numpy itself documented as the replacement.
-if not hasattr(np, "row_stack"):
-    np.row_stack = np.vstack  # type: ignore[attr-defined]
+from sdtw._compat import patch_numpy_for_numba
+
+patch_numpy_for_numba()  # before numba.cuda compiles anything (see sdtw/_compat.py)
 
 try:
     from numba import config as _numba_config

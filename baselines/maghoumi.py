@@ -35,9 +35,13 @@ Design reproduced
 Limits
 ------
 * ``max(N, M) <= 1024`` (the CUDA threads-per-block limit); longer inputs raise ``ValueError``.
-  In practice less: the original kernel needs ~65 registers per thread, so on an H200 (64 K
-  registers per SM) ``N = 1024`` fails with ``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``; such a
-  failure is raised as ``RuntimeError`` by :func:`baselines._cuda.launch`, never swallowed.
+  In practice less for the original: its kernel needs ~65 registers per thread (it passes
+  ``gamma`` as a Python float, so its arithmetic is float64 on float32 storage), and on an H200
+  (64 K registers per block) ``N = 1024`` fails with ``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``.
+  Our kernels compute in the input dtype and compile smaller (ptxas 13.5, sm_90, float32:
+  38 registers forward, 49 backward; float64: 45 and 58), so they may launch at ``N = 1024``
+  where the original cannot.  A launch failure is raised as ``RuntimeError`` by
+  :func:`baselines._cuda.launch`, never swallowed.
 * One block per pair: with a small batch most SMs idle; each diagonal costs a block barrier and
   a round trip of ``R`` through global memory (L1/L2 in practice).
 * CUDA tensors only (or CPU tensors under ``NUMBA_ENABLE_CUDASIM=1``); float32 / float64.
@@ -52,7 +56,9 @@ carries an absolute error of about ``6e-8 |R| / gamma``, so once ``|R| / gamma``
 the weights are wrong by O(1) factors, and for larger ratios a spuriously positive exponent
 overflows ``exp`` to ``inf`` and ``E`` becomes ``inf``/``nan``.  This is the same cancellation
 as the paper's log-space backward (log space does not cure it, it only avoids the overflow).
-In float64 the kernels are accurate.
+Under the simulator (float32 storage; N = M = 32, D = 64, ``randn``): relative gradient error
+7e-5 at gamma 1, 5e-3 at 0.1, 1e-2 at 0.01, 0.12 at 0.001; ``nan`` at magnitudes ~1e3 with
+gamma 0.01.  In float64 the kernels are accurate.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from baselines import _cuda
 from baselines._common import check_inputs, sqeuclidean, sqeuclidean_broadcast
@@ -195,6 +202,7 @@ class _MaghoumiSoftDTW(torch.autograd.Function):
         return R[:, N, M].clone()
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         cost, R = ctx.saved_tensors
         E = _backward(cost, R, ctx.gamma, ctx.bandwidth)

@@ -23,8 +23,12 @@ from sdtw.cuda import _launch
 
 
 def provenance() -> dict[str, str]:
-    sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
+    sha = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain"], capture_output=True, text=True
+    ).stdout.strip()
     return {
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
@@ -58,10 +62,26 @@ def accuracy(rows: list[dict], B=4, N=512, M=512, D=64) -> None:
                 yc = y.to("cuda", dtype).requires_grad_()
                 v = sdtw.softdtw(xc, yc, gamma=gamma, fused=fused, backend="cuda")
                 gx, gy = torch.autograd.grad(v, (xc, yc), go.to("cuda", dtype))
-                finite = bool(torch.isfinite(v).all() and torch.isfinite(gx).all() and torch.isfinite(gy).all())
-                rows.append(dict(impl="sdtw-fused" if fused else "sdtw-unfused", dtype=str(dtype)[6:],
-                                 B=B, N=N, M=M, D=D, gamma=gamma, finite=finite,
-                                 err_value=rel(v, vr), err_grad_x=rel(gx, gxr), err_grad_y=rel(gy, gyr)))
+                finite = bool(
+                    torch.isfinite(v).all()
+                    and torch.isfinite(gx).all()
+                    and torch.isfinite(gy).all()
+                )
+                rows.append(
+                    dict(
+                        impl="sdtw-fused" if fused else "sdtw-unfused",
+                        dtype=str(dtype)[6:],
+                        B=B,
+                        N=N,
+                        M=M,
+                        D=D,
+                        gamma=gamma,
+                        finite=finite,
+                        err_value=rel(v, vr),
+                        err_grad_x=rel(gx, gxr),
+                        err_grad_y=rel(gy, gyr),
+                    )
+                )
                 print(rows[-1], flush=True)
         # unfused from the same float32 cost: accuracy of the DP alone
         cost = sdtw.functional.pairwise_cost(x, y, "sqeuclidean")
@@ -71,16 +91,33 @@ def accuracy(rows: list[dict], B=4, N=512, M=512, D=64) -> None:
         cc = cost.detach().cuda().requires_grad_()
         v = sdtw.softdtw_from_cost(cc, gamma=gamma, backend="cuda")
         (e,) = torch.autograd.grad(v, (cc,), go.cuda())
-        rows.append(dict(impl="sdtw-from-cost", dtype="float32", B=B, N=N, M=M, D=D, gamma=gamma,
-                         finite=bool(torch.isfinite(e).all()), err_value=rel(v, vr), err_grad_x=rel(e, er), err_grad_y=float("nan")))
+        rows.append(
+            dict(
+                impl="sdtw-from-cost",
+                dtype="float32",
+                B=B,
+                N=N,
+                M=M,
+                D=D,
+                gamma=gamma,
+                finite=bool(torch.isfinite(e).all()),
+                err_value=rel(v, vr),
+                err_grad_x=rel(e, er),
+                err_grad_y=float("nan"),
+            )
+        )
         print(rows[-1], flush=True)
 
 
 def odd_shapes(rows: list[dict]) -> None:
     gen = torch.Generator().manual_seed(99)
-    for (B, N, M, D, bw, gamma) in [(3, 77, 1025, 5, None, 0.1), (2, 1, 300, 3, None, 1.0),
-                                    (2, 513, 31, 7, 40, 0.01), (1, 1000, 1001, 2, 5, 1e-3),
-                                    (5, 33, 65, 1, None, 1.0)]:
+    for B, N, M, D, bw, gamma in [
+        (3, 77, 1025, 5, None, 0.1),
+        (2, 1, 300, 3, None, 1.0),
+        (2, 513, 31, 7, 40, 0.01),
+        (1, 1000, 1001, 2, 5, 1e-3),
+        (5, 33, 65, 1, None, 1.0),
+    ]:
         x = torch.randn(B, N, D, generator=gen)
         y = torch.randn(B, M, D, generator=gen)
         go = torch.randn(B, generator=gen)
@@ -89,11 +126,25 @@ def odd_shapes(rows: list[dict]) -> None:
         gxr, gyr = torch.autograd.grad(vr, (xr, yr), go.double())
         for fused in (True, False):
             xc, yc = x.cuda().requires_grad_(), y.cuda().requires_grad_()
-            v = sdtw.softdtw(xc, yc, gamma=gamma, bandwidth=bw, fused=fused, backend="cuda", normalize=True)
+            v = sdtw.softdtw(
+                xc, yc, gamma=gamma, bandwidth=bw, fused=fused, backend="cuda", normalize=True
+            )
             gx, gy = torch.autograd.grad(v, (xc, yc), go.cuda())
-            rows.append(dict(impl=("sdtw-fused" if fused else "sdtw-unfused") + "-normalized", dtype="float32",
-                             B=B, N=N, M=M, D=D, gamma=gamma, finite=bool(torch.isfinite(gx).all()),
-                             err_value=rel(v, vr), err_grad_x=rel(gx, gxr), err_grad_y=rel(gy, gyr)))
+            rows.append(
+                dict(
+                    impl=("sdtw-fused" if fused else "sdtw-unfused") + "-normalized",
+                    dtype="float32",
+                    B=B,
+                    N=N,
+                    M=M,
+                    D=D,
+                    gamma=gamma,
+                    finite=bool(torch.isfinite(gx).all()),
+                    err_value=rel(v, vr),
+                    err_grad_x=rel(gx, gxr),
+                    err_grad_y=rel(gy, gyr),
+                )
+            )
             print(rows[-1], flush=True)
 
 
@@ -114,7 +165,7 @@ def time_step(fn, reps: int = 10) -> tuple[float, float, float]:
 
 
 def timing(rows: list[dict], grid) -> None:
-    for (B, N, D) in grid:
+    for B, N, D in grid:
         for fused in (True, False):
             for mode in ("forward", "forward+backward"):
                 torch.cuda.empty_cache()
@@ -128,6 +179,7 @@ def timing(rows: list[dict], grid) -> None:
                     else:
                         loss = sdtw.softdtw(x, y, gamma=1.0, fused=fused, backend="cuda").sum()
                         loss.backward()
+
                 try:
                     med, p20, p80 = time_step(step)
                     torch.cuda.synchronize()
@@ -139,13 +191,27 @@ def timing(rows: list[dict], grid) -> None:
                     peak = torch.cuda.max_memory_allocated() - base
                     launches = sum(_launch.launch_counts.values()) - sum(l0.values())
                     status = "ok"
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     med = p20 = p80 = float("nan")
                     peak, launches, status = -1, -1, f"error: {type(exc).__name__}: {exc}"[:200]
                 x.grad = y.grad = None
-                rows.append(dict(impl="sdtw-fused" if fused else "sdtw-unfused", mode=mode, B=B, N=N, M=N, D=D,
-                                 gamma=1.0, median_ms=med, p20_ms=p20, p80_ms=p80,
-                                 peak_mib=peak / 2**20, launches=launches, status=status))
+                rows.append(
+                    dict(
+                        impl="sdtw-fused" if fused else "sdtw-unfused",
+                        mode=mode,
+                        B=B,
+                        N=N,
+                        M=N,
+                        D=D,
+                        gamma=1.0,
+                        median_ms=med,
+                        p20_ms=p20,
+                        p80_ms=p80,
+                        peak_mib=peak / 2**20,
+                        launches=launches,
+                        status=status,
+                    )
+                )
                 print(rows[-1], flush=True)
 
 
@@ -184,8 +250,16 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     df = pd.DataFrame(tim)
-    print(df.pivot_table(index=["B", "N", "D"], columns=["impl", "mode"], values="median_ms").round(3).to_string())
-    print(df.pivot_table(index=["B", "N", "D"], columns=["impl", "mode"], values="peak_mib").round(1).to_string())
+    print(
+        df.pivot_table(index=["B", "N", "D"], columns=["impl", "mode"], values="median_ms")
+        .round(3)
+        .to_string()
+    )
+    print(
+        df.pivot_table(index=["B", "N", "D"], columns=["impl", "mode"], values="peak_mib")
+        .round(1)
+        .to_string()
+    )
     if acc:
         print(pd.DataFrame(acc).to_string())
     return 0

@@ -13,4 +13,4 @@ import numpy as np
 
 def patch_numpy_for_numba() -> None:
     if not hasattr(np, "row_stack"):
-        np.row_stack = np.vstack  # type: ignore[attr-defined]
+        np.row_stack = np.vstack  # type: ignore[attr-defined]  # noqa: NPY201

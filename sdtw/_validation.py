@@ -33,8 +33,7 @@ def check_bandwidth(bandwidth: object) -> int | None:
             bandwidth = int(bandwidth)
         else:
             raise TypeError(
-                f"bandwidth must be an int or None, got {bandwidth!r} "
-                f"({type(bandwidth).__name__})"
+                f"bandwidth must be an int or None, got {bandwidth!r} ({type(bandwidth).__name__})"
             )
     b = int(bandwidth)
     return b if b > 0 else None
@@ -50,7 +49,9 @@ def check_dist(dist: object) -> str | Callable:
     if callable(dist):
         return dist
     if dist not in DISTANCES:
-        raise ValueError(f"dist must be one of {DISTANCES} or a callable (x, y) -> (B, N, M), got {dist!r}")
+        raise ValueError(
+            f"dist must be one of {DISTANCES} or a callable (x, y) -> (B, N, M), got {dist!r}"
+        )
     return str(dist)
 
 
@@ -91,7 +92,9 @@ def check_sequences(x: object, y: object) -> tuple[torch.Tensor, torch.Tensor, b
     if unbatched:
         x, y = x.unsqueeze(0), y.unsqueeze(0)
     if x.device != y.device:
-        raise ValueError(f"x and y must be on the same device; got x on {x.device}, y on {y.device}")
+        raise ValueError(
+            f"x and y must be on the same device; got x on {x.device}, y on {y.device}"
+        )
     if x.shape[0] != y.shape[0]:
         raise ValueError(
             f"batch sizes differ: x {tuple(x.shape)} has B={x.shape[0]}, "
@@ -126,4 +129,6 @@ def check_cost_shape(cost: torch.Tensor, B: int, N: int, M: int) -> None:
     """A callable distance must return (B, N, M)."""
     if not isinstance(cost, torch.Tensor) or tuple(cost.shape) != (B, N, M):
         shape = tuple(cost.shape) if isinstance(cost, torch.Tensor) else type(cost).__name__
-        raise ValueError(f"dist callable must return a tensor of shape (B, N, M) = {(B, N, M)}, got {shape}")
+        raise ValueError(
+            f"dist callable must return a tensor of shape (B, N, M) = {(B, N, M)}, got {shape}"
+        )

@@ -39,7 +39,7 @@ def _softmin3(a: float, b: float, c: float, gamma: float) -> float:
     else:
         m, x, y = c, a, b
     if m == math.inf:
-        return math.inf
+        return a + b + c  # +inf, or NaN when one of them is NaN (NaN must propagate)
     rest = math.exp(-(x - m) / gamma) + math.exp(-(y - m) / gamma)
     return m - gamma * math.log1p(rest)
 

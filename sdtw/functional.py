@@ -84,7 +84,9 @@ def pairwise_cost(x: torch.Tensor, y: torch.Tensor, dist: str | Callable) -> tor
     return torch.cdist(x, y, p=1.0)
 
 
-def _cost_loss(cost: torch.Tensor, gamma: float, bandwidth: int | None, backend: str) -> torch.Tensor:
+def _cost_loss(
+    cost: torch.Tensor, gamma: float, bandwidth: int | None, backend: str
+) -> torch.Tensor:
     """Soft-DTW of a validated cost (B, N, M) on a resolved backend -> (B,)."""
     N, M = cost.shape[1], cost.shape[2]
     if backend == "reference":

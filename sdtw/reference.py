@@ -40,11 +40,7 @@ def _softmin3(a: np.ndarray, b: np.ndarray, c: np.ndarray, gamma: float) -> np.n
     finite = np.isfinite(rmin)
     safe = np.where(finite, rmin, 0.0)
     with np.errstate(invalid="ignore", over="ignore"):
-        s = (
-            np.exp(-(a - safe) / gamma)
-            + np.exp(-(b - safe) / gamma)
-            + np.exp(-(c - safe) / gamma)
-        )
+        s = np.exp(-(a - safe) / gamma) + np.exp(-(b - safe) / gamma) + np.exp(-(c - safe) / gamma)
         out = safe - gamma * np.log(s)
     return np.where(finite, out, np.inf)
 

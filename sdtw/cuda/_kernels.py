@@ -65,7 +65,8 @@ def _softmin3(r_diag, r_up, r_left, gamma, inv_gamma):
     if r_left < m:
         m = r_left
     if m == INF:
-        return INF, 0.0, 0.0
+        # all +inf (unreachable), or NaN hidden behind +inf minima: keep the NaN
+        return r_diag + r_up + r_left, 0.0, 0.0
     ed = math.exp((m - r_diag) * inv_gamma)
     eu = math.exp((m - r_up) * inv_gamma)
     el = math.exp((m - r_left) * inv_gamma)
@@ -88,7 +89,8 @@ def _softmin3_fast(r_diag, r_up, r_left, gamma, inv_gamma):
     if r_left < m:
         m = r_left
     if m == INF:
-        return INF, 0.0, 0.0
+        # all +inf (unreachable), or NaN hidden behind +inf minima: keep the NaN
+        return r_diag + r_up + r_left, 0.0, 0.0
     ed = math.exp(float32((m - r_diag) * inv_gamma))
     eu = math.exp(float32((m - r_up) * inv_gamma))
     el = math.exp(float32((m - r_left) * inv_gamma))

@@ -134,11 +134,13 @@ def _config_factory():
         cfg = cache.get((grid, block))
         if cfg is None:
             if CUDA_CORE_GE_1_0:
-                cfg = LaunchConfig(grid=(grid, 1, 1), block=(block, 1, 1), shmem_size=0,
-                                   is_cooperative=False)
+                cfg = LaunchConfig(
+                    grid=(grid, 1, 1), block=(block, 1, 1), shmem_size=0, is_cooperative=False
+                )
             else:
-                cfg = LaunchConfig(grid=(grid, 1, 1), block=(block, 1, 1), shmem_size=0,
-                                   cooperative_launch=False)
+                cfg = LaunchConfig(
+                    grid=(grid, 1, 1), block=(block, 1, 1), shmem_size=0, cooperative_launch=False
+                )
             cache[(grid, block)] = cfg
         return cfg
 
@@ -236,6 +238,8 @@ def backward(P: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     flags = _flags(B, nb, dev)
     Gb = torch.empty((B, nb, Mp), dtype=torch.float64, device=dev)
     g = grad_out.detach().to(torch.float64).contiguous()
-    _launcher(K.BACKWARD[P.dtype == torch.float32])(B * nb, K.TB, _stream(dev), P, int(N), int(M), g, Gb, flags)
+    _launcher(K.BACKWARD[P.dtype == torch.float32])(
+        B * nb, K.TB, _stream(dev), P, int(N), int(M), g, Gb, flags
+    )
     launch_counts["backward"] += 1
     return P[:, 1]

@@ -1,0 +1,24 @@
+"""A small fused and unfused step for compute-sanitizer (memcheck, racecheck).
+
+``compute-sanitizer --tool memcheck python3 -m experiments.sanitize_case``
+"""
+
+from __future__ import annotations
+
+import torch
+
+import sdtw
+
+
+def main() -> None:
+    for fused in (True, False):
+        x = torch.randn(2, 70, 5, device="cuda", requires_grad=True)
+        y = torch.randn(2, 45, 5, device="cuda", requires_grad=True)
+        loss = sdtw.softdtw(x, y, gamma=0.1, fused=fused, bandwidth=30, backend="cuda")
+        loss.sum().backward()
+    torch.cuda.synchronize()
+    print("sanitizer case ok")
+
+
+if __name__ == "__main__":
+    main()

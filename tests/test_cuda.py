@@ -1,0 +1,138 @@
+"""CUDA kernels against the float64 reference.
+
+``cudasim`` tests run the real kernel code in Numba's CPU simulator (NUMBA_ENABLE_CUDASIM=1,
+tiny sizes: the simulator is slow); ``cuda`` tests run on a GPU and skip cleanly without one.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import sdtw
+from tests.conftest import GAMMAS, SIM_SHAPES, randn, rel_err, requires_gpu, requires_sim
+
+# One combination of the other settings per shape keeps the simulator time down while every
+# setting is still covered by several shapes.
+_SETTINGS = itertools.cycle(
+    [
+        (1.0, None, False, torch.float64),
+        (0.1, 2, True, torch.float32),
+        (0.01, None, True, torch.float64),
+        (0.001, 3, False, torch.float32),
+    ]
+)
+SIM_CASES = [(*shape, *next(_SETTINGS)) for shape in SIM_SHAPES]
+TOL = {torch.float64: 1e-9, torch.float32: 1e-5}
+
+
+def _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, device):
+    x = randn(rng, B, N, D, dtype=dtype, device=device).requires_grad_()
+    y = randn(rng, B, M, D, dtype=dtype, device=device).requires_grad_()
+    go = randn(rng, B, dtype=dtype, device=device)
+    kw = dict(gamma=gamma, bandwidth=bandwidth, normalize=normalize)
+    xr = x.detach().cpu().double().requires_grad_()
+    yr = y.detach().cpu().double().requires_grad_()
+    vr = sdtw.softdtw(xr, yr, backend="cpu", **kw)
+    ref = (vr, *torch.autograd.grad(vr, (xr, yr), go.cpu().double()))
+    v = sdtw.softdtw(x, y, backend="cuda", fused=fused, **kw)
+    out = (v, *torch.autograd.grad(v, (x, y), go))
+    for name, a, b in zip(("value", "grad_x", "grad_y"), out, ref, strict=True):
+        assert a.dtype == dtype and a.device == x.device
+        assert torch.isfinite(a).all(), name
+        assert rel_err(a, b) <= TOL[dtype], (name, rel_err(a, b))
+
+
+@requires_sim
+@pytest.mark.cudasim
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("B,N,M,D,gamma,bandwidth,normalize,dtype", SIM_CASES)
+def test_sim_matches_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused):
+    _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, "cpu")
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_cost_entry_and_no_grad(rng):
+    cost = torch.as_tensor(rng.random((2, 34, 9))).requires_grad_()
+    go = randn(rng, 2)
+    ref = sdtw.softdtw_from_cost(cost, gamma=0.1, backend="reference")
+    (e_ref,) = torch.autograd.grad(ref, cost, go)
+    v = sdtw.softdtw_from_cost(cost, gamma=0.1, backend="cuda")
+    (e,) = torch.autograd.grad(v, cost, go)
+    assert rel_err(v, ref) < 1e-12 and rel_err(e, e_ref) < 1e-12
+    with torch.no_grad():
+        assert rel_err(sdtw.softdtw_from_cost(cost, gamma=0.1, backend="cuda"), ref) < 1e-12
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_second_backward_is_refused(rng):
+    x = randn(rng, 1, 3, 2).requires_grad_()
+    v = sdtw.softdtw(x, randn(rng, 1, 4, 2), backend="cuda").sum()
+    v.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="backward called twice"):
+        v.backward()
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_one_launch_per_pass(rng):
+    from sdtw.cuda import _launch
+
+    x = randn(rng, 2, 40, 2).requires_grad_()
+    before = dict(_launch.launch_counts)
+    sdtw.softdtw(x, randn(rng, 2, 37, 2), backend="cuda").sum().backward()
+    after = _launch.launch_counts
+    assert after["forward"] - before.get("forward", 0) == 1
+    assert after["backward"] - before.get("backward", 0) == 1
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("gamma", GAMMAS)
+def test_gpu_float32_accuracy_paper_case(rng, gamma, fused):
+    """B=4, N=M=512, D=64, randn: the case where the paper's float32 design fails."""
+    tol = {True: 1e-4, False: 1e-4}[fused]
+    x = randn(rng, 4, 512, 64, dtype=torch.float32, device="cuda").requires_grad_()
+    y = randn(rng, 4, 512, 64, dtype=torch.float32, device="cuda").requires_grad_()
+    go = randn(rng, 4, dtype=torch.float32, device="cuda")
+    xr = x.detach().cpu().double().requires_grad_()
+    yr = y.detach().cpu().double().requires_grad_()
+    vr = sdtw.softdtw(xr, yr, gamma=gamma, backend="cpu")
+    ref = (vr, *torch.autograd.grad(vr, (xr, yr), go.cpu().double()))
+    v = sdtw.softdtw(x, y, gamma=gamma, fused=fused, backend="cuda")
+    out = (v, *torch.autograd.grad(v, (x, y), go))
+    for a, b in zip(out, ref, strict=True):
+        assert rel_err(a, b) <= tol
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize(
+    "B,N,M,D,gamma,bandwidth,normalize,dtype",
+    [
+        (3, 77, 1025, 5, 0.1, None, True, torch.float32),
+        (2, 1, 300, 3, 1.0, None, False, torch.float64),
+        (2, 513, 31, 7, 0.01, 40, True, torch.float32),
+        (1, 1000, 1001, 2, 1e-3, 5, False, torch.float64),
+        (5, 33, 65, 1, 1.0, None, False, torch.float32),
+        (2, 64, 64, 130, 1e-4, None, False, torch.float32),
+    ],
+)
+def test_gpu_matches_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused):
+    _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, "cuda")
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_tiny_gamma_finite(rng):
+    x = randn(rng, 2, 300, 8, dtype=torch.float32, device="cuda").requires_grad_()
+    y = randn(rng, 2, 257, 8, dtype=torch.float32, device="cuda").requires_grad_()
+    v = sdtw.softdtw(x, y, gamma=1e-4, backend="cuda")
+    v.sum().backward()
+    assert torch.isfinite(v).all() and torch.isfinite(x.grad).all() and torch.isfinite(y.grad).all()
