@@ -1,0 +1,305 @@
+"""The implementations the harness measures: name -> :class:`Impl`.
+
+Every implementation is called the same way, ``impl.loss(x, y, gamma) -> (B,)`` for ``x``
+(B, N, D) and ``y`` (B, M, D), squared-Euclidean cost, differentiable in ``x`` and ``y``.
+
+=================  ===========================================================  ======
+name               what                                                         device
+=================  ===========================================================  ======
+``sdtw-fused``     ours, ``softdtw(fused=True, backend="cuda")``                cuda
+``sdtw-unfused``   ours, ``softdtw(fused=False, backend="cuda")`` (torch cost)  cuda
+``sdtw-cpu``       ours, ``softdtw(backend="cpu")`` (Numba CPU, float64 DP)     any
+``paper-unfused``  :mod:`baselines.paper`, one launch per anti-diagonal         cuda
+``paper-fused``    same, distances recomputed in the kernels                    cuda
+``maghoumi``       :mod:`baselines.maghoumi`, (B, N, M, D) broadcast distance   cuda
+``maghoumi-bmm``   same kernels, matrix-product distance                        cuda
+``torch``          :mod:`baselines.torch_naive`, plain PyTorch + autograd       any
+``reference``      float64 NumPy oracle (slow; timed only at small N M)         any
+=================  ===========================================================  ======
+
+The baselines are imported lazily (:func:`baselines_error` says why they are missing, if they
+are), so this module imports on any machine and never touches a GPU.
+
+Memory models
+-------------
+``impl.peak_bytes(B, N, M, D, dtype, mode)`` predicts the peak of one step (allocations made
+during it, inputs excluded), so that a configuration that cannot fit is skipped with status
+``skipped-memory`` instead of tried blindly.  They are first-order models written from each
+design (``s`` = bytes per element of ``dtype``, per cell of the (N, M) table of one pair):
+
+================  =============================  =======================================
+impl              forward + backward             where from
+================  =============================  =======================================
+sdtw-fused        ``2 s'`` + 1/4                 weights P, boundary rows (sdtw.cuda)
+sdtw-unfused      ``3 s + 2 s' + 1`` + 1/2       + cost, its saved matmul input, grad
+paper-unfused     ``8 s + 1``                    R, clone, log E, E, E * g, cost + grad
+paper-fused       ``5 s``                        R, clone, log E, E, E * g
+maghoumi          ``4 s D + 6 s``                (B, N, M, D) broadcast kept by autograd
+maghoumi-bmm      ``9 s + 1``                    padded cost, R, clone, E, cost + grad
+torch             ``16 s``                       autograd keeps every diagonal (~10 s)
+sdtw-cpu          ``40`` (host)                  float64 cost, R, E, gradient
+reference         ``8 D + 40`` (host)            float64 broadcast cost, R, E
+================  =============================  =======================================
+
+``s'`` is the storage size of our kernels (8 for float64 inputs, else 4).  Forward-only steps
+(inputs without gradient) keep less; see each model.  For the original codes of the paper's and
+Maghoumi's designs, measured on an H200 (``/work/shared/reference/PAPER.md``), the models are
+within ~25 % at N >= 512 (below that, fixed overheads dominate).  The harness writes both the
+prediction and the measurement (``predicted_mem_bytes``, ``peak_mem_bytes``), so every model
+is checked on every run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+
+__all__ = [
+    "FORWARD",
+    "FORWARD_BACKWARD",
+    "IMPLS",
+    "MODES",
+    "Impl",
+    "baselines_error",
+    "simulator",
+]
+
+FORWARD = "forward"
+FORWARD_BACKWARD = "forward+backward"
+MODES = (FORWARD, FORWARD_BACKWARD)
+
+LossFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+MemoryModel = Callable[[int, int, int, int, torch.dtype, str], int]
+
+
+@dataclass(frozen=True)
+class Impl:
+    """One implementation as the harness sees it.
+
+    Attributes
+    ----------
+    name : str
+        Registry key, also the ``impl`` column of the CSV.
+    loss : callable
+        ``loss(x, y, gamma) -> (B,)``.
+    device : {"cuda", "any"}
+        ``"cuda"``: needs CUDA tensors; ``"any"``: runs on the inputs' device.
+    peak_bytes : callable
+        ``peak_bytes(B, N, M, D, dtype, mode) -> int``, predicted peak of one step.
+    host_memory : bool
+        The big buffers live in host RAM whatever the inputs' device (CPU DP paths).
+    max_len : int or None
+        Largest ``max(N, M)`` the design supports; longer inputs are ``unsupported``.
+    max_cells : int or None
+        Largest ``N * M`` worth timing (slow oracles); larger ones are ``skipped-slow``.
+    launches : callable or None
+        Numba kernel launches made so far in this process (the harness takes differences);
+        ``None`` where launches are not counted (torch ops, CPU code).
+    baseline : bool
+        Comes from :mod:`baselines` (imported lazily).
+    """
+
+    name: str
+    loss: LossFn
+    device: str
+    peak_bytes: MemoryModel
+    host_memory: bool = False
+    max_len: int | None = None
+    max_cells: int | None = None
+    launches: Callable[[], int] | None = None
+    baseline: bool = False
+
+    def runs_on(self, device: str) -> bool:
+        """Whether this implementation takes inputs on ``device`` ("cuda" or "cpu").
+
+        Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the CUDA implementations
+        take CPU tensors: slow, but it runs the harness end to end without a GPU.
+        """
+        return self.device in ("any", device) or (device == "cpu" and simulator())
+
+
+def simulator() -> bool:
+    """Whether Numba's CUDA simulator is on (it must be set before numba is imported)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+# --------------------------------------------------------------------------------------------
+# Memory models
+# --------------------------------------------------------------------------------------------
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.finfo(dtype).bits // 8
+
+
+def _io(B: int, N: int, M: int, D: int, s: int) -> int:
+    # Gradients of x and y, norms, casts: a few tensors of the inputs' size.
+    return 4 * B * (N + M) * D * s
+
+
+def _boundary_rows(N: int, M: int) -> int:
+    # sdtw's float64 boundary rows Rb / Gb per pair: ceil(N / TB) bands of ceil(M / TW) * TW
+    # values (TB = TW = 32 in sdtw.cuda._kernels; not imported here, to keep numba out).
+    return 8 * math.ceil(N / 32) * math.ceil(M / 32) * 32
+
+
+def _sdtw_fused(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> int:
+    s, store = _itemsize(dtype), (8 if dtype == torch.float64 else 4)
+    rows = B * _boundary_rows(N, M)
+    if mode == FORWARD:
+        return rows + _io(B, N, M, D, s)
+    return 2 * store * B * N * M + rows + _io(B, N, M, D, s)
+
+
+def _sdtw_unfused(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> int:
+    s, store = _itemsize(dtype), (8 if dtype == torch.float64 else 4)
+    rows = B * _boundary_rows(N, M)
+    if mode == FORWARD:
+        return 2 * s * B * N * M + rows + _io(B, N, M, D, s)
+    return (3 * s + 2 * store + 1) * B * N * M + 2 * rows + _io(B, N, M, D, s)
+
+
+def _per_cell(forward: float, forward_backward: float) -> MemoryModel:
+    """A model ``bytes_per_cell(s) * B (N + 2) (M + 2)`` plus the inputs' gradients."""
+
+    def model(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> int:
+        s = _itemsize(dtype)
+        per_cell = forward if mode == FORWARD else forward_backward
+        return int(per_cell * s * B * (N + 2) * (M + 2)) + _io(B, N, M, D, s)
+
+    return model
+
+
+def _maghoumi(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> int:
+    s = _itemsize(dtype)
+    cells = B * (N + 2) * (M + 2)
+    if mode == FORWARD:  # difference and its square, (B, N, M, D) each, then R
+        return 2 * s * D * B * N * M + 2 * s * cells + _io(B, N, M, D, s)
+    return 4 * s * D * B * N * M + 6 * s * cells + _io(B, N, M, D, s)
+
+
+def _sdtw_cpu(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> int:
+    per_cell = 16 if mode == FORWARD else 40  # float64 cost (+ temporary), R, E, gradient
+    return per_cell * B * (N + 2) * (M + 2) + _io(B, N, M, D, 8)
+
+
+def _reference(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> int:
+    per_cell = 8 * D + (16 if mode == FORWARD else 40)
+    return per_cell * B * (N + 2) * (M + 2) + _io(B, N, M, D, 8)
+
+
+# --------------------------------------------------------------------------------------------
+# Ours
+# --------------------------------------------------------------------------------------------
+
+
+def _sdtw_launches() -> int:
+    from sdtw.cuda import _launch
+
+    return sum(_launch.launch_counts.values())
+
+
+def _sdtw(fused: bool | None, backend: str) -> LossFn:
+    def loss(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
+        from sdtw import softdtw
+
+        return softdtw(x, y, gamma=gamma, fused=fused, backend=backend)
+
+    return loss
+
+
+# --------------------------------------------------------------------------------------------
+# Baselines (imported lazily; another part of the project)
+# --------------------------------------------------------------------------------------------
+
+
+@cache
+def baselines_error() -> str | None:
+    """Why :mod:`baselines` cannot be used here, or ``None`` if it can."""
+    try:
+        import baselines
+    except Exception as exc:
+        return f"the baselines package is not importable ({type(exc).__name__}: {exc})"
+    if not isinstance(getattr(baselines, "BASELINES", None), dict):
+        return "baselines.BASELINES is missing"
+    return None
+
+
+def _baseline(name: str) -> LossFn:
+    def loss(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
+        from baselines import BASELINES
+
+        return BASELINES[name](x, y, gamma=gamma)
+
+    return loss
+
+
+# baselines.maghoumi.MAX_LENGTH, restated so that the registry needs no import: one thread per
+# row, at most 1024 threads per block.
+MAGHOUMI_MAX_LEN = 1024
+
+
+def _baseline_launches() -> int:
+    from baselines import total_launches
+
+    return total_launches()
+
+
+IMPLS: dict[str, Impl] = {
+    impl.name: impl
+    for impl in [
+        Impl("sdtw-fused", _sdtw(True, "cuda"), "cuda", _sdtw_fused, launches=_sdtw_launches),
+        Impl("sdtw-unfused", _sdtw(False, "cuda"), "cuda", _sdtw_unfused, launches=_sdtw_launches),
+        Impl("sdtw-cpu", _sdtw(None, "cpu"), "any", _sdtw_cpu, host_memory=True),
+        Impl(
+            "paper-unfused",
+            _baseline("paper-unfused"),
+            "cuda",
+            _per_cell(3, 8 + 0.25),
+            launches=_baseline_launches,
+            baseline=True,
+        ),
+        Impl(
+            "paper-fused",
+            _baseline("paper-fused"),
+            "cuda",
+            _per_cell(1, 5),
+            launches=_baseline_launches,
+            baseline=True,
+        ),
+        Impl(
+            "maghoumi",
+            _baseline("maghoumi"),
+            "cuda",
+            _maghoumi,
+            max_len=MAGHOUMI_MAX_LEN,
+            launches=_baseline_launches,
+            baseline=True,
+        ),
+        Impl(
+            "maghoumi-bmm",
+            _baseline("maghoumi-bmm"),
+            "cuda",
+            _per_cell(3, 9 + 0.25),
+            max_len=MAGHOUMI_MAX_LEN,
+            launches=_baseline_launches,
+            baseline=True,
+        ),
+        Impl("torch", _baseline("torch"), "any", _per_cell(3, 16), baseline=True),
+        Impl(
+            "reference",
+            _baseline("reference"),
+            "any",
+            _reference,
+            host_memory=True,
+            max_cells=128 * 128,  # ~1 s per step at B = 32; N = 512 would take ~16 s
+            baseline=True,
+        ),
+    ]
+}
+"""Every implementation the harness knows, in the order of the CSV and summary tables."""

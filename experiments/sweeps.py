@@ -1,0 +1,199 @@
+"""Every sweep the harness runs, defined in one place.
+
+A sweep is a grid of :class:`Config` (B, N, M, D, gamma, dtype), the implementations measured
+on it (by default all of its list that run on its device), the modes, and the device.
+
+==============  ======  ============================================================
+sweep           device  grid
+==============  ======  ============================================================
+``paper-grid``  cuda    B in {16, 32}, N = M in {128, 512, 1024, 2048}, D in {1, 64}
+``fig1-length`` cuda    B = 32, D = 128, L = N = M in 64, 128, ..., 4096
+``fig1-dim``    cuda    B = 32, L = 256, D in 1, 2, 4, ..., 1024
+``gamma``       auto    gamma in {1e-4, ..., 10}, B = 4, D = 64, N = M = 512 (128 on CPU);
+                        forward + backward only: the point is the error vs float64
+``long``        cuda    ours only, B in {1, 8}, N = M in {4096, 8192, 16384}, D = 64,
+                        and 32768 at B = 1 (skipped if predicted not to fit)
+``cpu``         cpu     sdtw-cpu, torch, reference; B in {8, 32}, N = M in {32, 64, 128},
+                        D in {1, 8}: a few minutes on 2 cores
+==============  ======  ============================================================
+
+Device ``auto`` means CUDA when torch sees a GPU, else the CPU.  ``quick=True`` shrinks every
+grid to a few tiny configurations (smoke tests, the test suite).
+
+Extension point: a sweep measures ``impl.loss(x, y, gamma)`` on random ``randn`` inputs.  A
+``barycenter`` sweep (the paper's Figure 2) measures a different callable on different data;
+it will need its own measured step in :mod:`experiments.run` and an entry here, e.g. a
+``Sweep.task`` field ("loss" / "barycenter") that the runner dispatches on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from experiments.impls import FORWARD_BACKWARD, IMPLS, MODES
+
+__all__ = ["SWEEPS", "Config", "Sweep", "default_sweeps"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of a sweep: x (B, N, D), y (B, M, D) of ``dtype``, smoothing ``gamma``."""
+
+    B: int
+    N: int
+    M: int
+    D: int
+    gamma: float = 1.0
+    dtype: str = "float32"
+
+
+Grid = Callable[[str, bool], list[Config]]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A named grid of configurations and the implementations measured on it.
+
+    Attributes
+    ----------
+    name : str
+        Also the CSV's file name, ``<out>/<name>.csv``.
+    description : str
+        One line, shown by ``--list``.
+    device : {"cuda", "cpu", "auto"}
+        Where the inputs live; ``"auto"``: CUDA if available, else the CPU.
+    impls : tuple of str
+        Default implementations (those that run on the device are kept).
+    grid : callable
+        ``grid(device, quick) -> list[Config]`` with ``device`` "cuda" or "cpu".
+    modes : tuple of str
+        Subset of :data:`experiments.impls.MODES`.
+    """
+
+    name: str
+    description: str
+    device: str
+    impls: tuple[str, ...]
+    grid: Grid
+    modes: tuple[str, ...] = field(default=MODES)
+
+    def resolve_device(self, cuda_available: bool) -> str:
+        """The device this sweep runs on here ("cuda" or "cpu")."""
+        if self.device == "auto":
+            return "cuda" if cuda_available else "cpu"
+        return self.device
+
+
+GPU_IMPLS = (
+    "sdtw-fused",
+    "sdtw-unfused",
+    "paper-unfused",
+    "paper-fused",
+    "maghoumi",
+    "maghoumi-bmm",
+    "torch",
+)
+OURS_CUDA = ("sdtw-fused", "sdtw-unfused")
+GAMMAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+
+
+def _square(
+    Bs: Sequence[int], Ns: Sequence[int], Ds: Sequence[int], gammas: Sequence[float] = (1.0,)
+) -> list[Config]:
+    """Every combination, with M = N."""
+    return [Config(B, N, N, D, g) for B in Bs for N in Ns for D in Ds for g in gammas]
+
+
+def _paper_grid(device: str, quick: bool) -> list[Config]:
+    if quick:
+        return _square((2,), (16, 33), (1, 4))
+    return _square((16, 32), (128, 512, 1024, 2048), (1, 64))
+
+
+def _fig1_length(device: str, quick: bool) -> list[Config]:
+    if quick:
+        return _square((2,), (8, 16, 32), (8,))
+    return _square((32,), [2**k for k in range(6, 13)], (128,))
+
+
+def _fig1_dim(device: str, quick: bool) -> list[Config]:
+    if quick:
+        return _square((2,), (16,), (1, 4, 16))
+    return _square((32,), (256,), [2**k for k in range(11)])
+
+
+def _gamma(device: str, quick: bool) -> list[Config]:
+    if quick:
+        return _square((2,), (16,), (8,), (1e-3, 1.0))
+    return _square((4,), (512 if device == "cuda" else 128,), (64,), GAMMAS)
+
+
+def _long(device: str, quick: bool) -> list[Config]:
+    if quick:
+        return _square((1, 2), (64, 100), (4,))
+    return _square((1, 8), (4096, 8192, 16384), (64,)) + _square((1,), (32768,), (64,))
+
+
+def _cpu(device: str, quick: bool) -> list[Config]:
+    if quick:
+        return _square((2,), (8, 13), (1, 3))
+    return _square((8, 32), (32, 64, 128), (1, 8))
+
+
+SWEEPS: dict[str, Sweep] = {
+    s.name: s
+    for s in [
+        Sweep(
+            "paper-grid",
+            "the paper's table: B x N x D, M = N, fp32, gamma 1",
+            "cuda",
+            GPU_IMPLS,
+            _paper_grid,
+        ),
+        Sweep(
+            "fig1-length",
+            "paper Figure 1 (left): B = 32, D = 128, L = 64 .. 4096",
+            "cuda",
+            GPU_IMPLS,
+            _fig1_length,
+        ),
+        Sweep(
+            "fig1-dim",
+            "paper Figure 1 (right): B = 32, L = 256, D = 1 .. 1024",
+            "cuda",
+            GPU_IMPLS,
+            _fig1_dim,
+        ),
+        Sweep(
+            "gamma",
+            "accuracy vs gamma (1e-4 .. 10) against a float64 reference, every implementation",
+            "auto",
+            tuple(name for name in IMPLS if name != "reference"),  # the oracle itself
+            _gamma,
+            modes=(FORWARD_BACKWARD,),
+        ),
+        Sweep(
+            "long",
+            "long sequences, ours: B in {1, 8}, N = 4096 .. 32768",
+            "cuda",
+            OURS_CUDA,
+            _long,
+        ),
+        Sweep(
+            "cpu",
+            "small CPU grid (a few minutes on 2 cores): sdtw-cpu vs torch vs reference",
+            "cpu",
+            ("sdtw-cpu", "torch", "reference"),
+            _cpu,
+        ),
+    ]
+}
+"""Every sweep, by name."""
+
+
+def default_sweeps(cuda_available: bool) -> list[str]:
+    """Sweeps run when none is named: the paper's grid and Figure 1 on a GPU, else ``cpu``."""
+    if cuda_available:
+        return ["paper-grid", "fig1-length", "fig1-dim"]
+    return ["cpu"]

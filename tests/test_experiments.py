@@ -1,0 +1,200 @@
+"""The benchmark harness (experiments/) on the CPU, at tiny sizes; no timing value is checked."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments import run
+from experiments.impls import FORWARD, FORWARD_BACKWARD, IMPLS, Impl
+from experiments.sweeps import SWEEPS, Config, Sweep
+
+REPO = Path(__file__).resolve().parent.parent
+QUICK = ["--quick", "--repeats", "2", "--budget-s", "0.01"]
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def cpu_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cpu")
+    assert run.main(["--sweep", "cpu", "--out", str(out), *QUICK]) == 0
+    return out / "cpu.csv"
+
+
+def test_cpu_sweep_writes_well_formed_csv(cpu_csv: Path) -> None:
+    with cpu_csv.open(newline="") as f:
+        assert next(csv.reader(f)) == run.COLUMNS
+    rows = _rows(cpu_csv)
+    sweep = SWEEPS["cpu"]
+    configs = sweep.grid("cpu", True)
+    assert len(rows) == len(configs) * len(sweep.impls) * len(sweep.modes)
+    keys = {run._key(r) for r in rows}
+    assert len(keys) == len(rows)
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["metric"] == run.METRIC
+        assert all(r[c] for c in ("median", "p20", "p80", "repeats"))  # present, values unchecked
+        assert r["peak_mem_bytes"] == "" and r["launches"] == ""  # CPU: not measured
+        assert int(r["predicted_mem_bytes"]) > 0
+        assert r["reference"] == "reference"
+        assert float(r["rel_err_value"]) < 1e-5
+        if r["mode"] == FORWARD_BACKWARD:
+            assert float(r["rel_err_grad_x"]) < 1e-4 and float(r["rel_err_grad_y"]) < 1e-4
+        else:
+            assert r["rel_err_grad_x"] == r["rel_err_grad_y"] == ""
+
+
+def test_cpu_sweep_records_provenance(cpu_csv: Path) -> None:
+    rows = _rows(cpu_csv)
+    for r in rows:
+        assert r["torch"] == torch.__version__
+        assert r["numba"] and r["numpy"] and r["python"] and r["host"]
+        assert r["git_sha"]
+        assert r["device"] == "cpu" and r["sweep"] == "cpu"
+        assert dt.datetime.fromisoformat(r["date_utc"]).tzinfo is not None
+
+
+def test_summary_names_every_impl(cpu_csv: Path) -> None:
+    text = run.summarize(cpu_csv)
+    assert "median ms" in text
+    for name in SWEEPS["cpu"].impls:
+        assert name in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "valid"),
+    [
+        (["--sweep", "no-such-sweep"], SWEEPS),
+        (["--sweep", "cpu", "--impl", "no-such-impl"], IMPLS),
+    ],
+)
+def test_unknown_name_lists_the_valid_ones(
+    argv: list[str], valid: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        run.main([*argv, "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert all(name in err for name in valid)
+    assert not any(tmp_path.iterdir())
+
+
+def test_impl_that_cannot_run_on_the_sweep_is_an_error(tmp_path: Path) -> None:
+    if IMPLS["sdtw-fused"].runs_on("cpu"):
+        pytest.skip("the CUDA simulator is on")
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--sweep", "cpu", "--impl", "sdtw-fused", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_gpu_sweep_without_gpu_exits_nonzero_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert run.main(["--sweep", "cpu", "--sweep", "paper-grid", "--out", str(out)]) != 0
+    assert "CUDA GPU" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_resume_skips_rows_already_present(tmp_path: Path) -> None:
+    argv = ["--sweep", "cpu", "--impl", "torch", "--out", str(tmp_path), *QUICK]
+    assert run.main(argv) == 0
+    path = tmp_path / "cpu.csv"
+    full = _rows(path)
+    # Drop the last two rows, as an interrupted run would have; --resume adds back just those.
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-2]))
+    assert run.main([*argv, "--resume"]) == 0
+    resumed = _rows(path)
+    assert [run._key(r) for r in resumed] == [run._key(r) for r in full]
+    assert resumed[:-2] == full[:-2]  # untouched
+    # Nothing left to do: the file is not touched.
+    before = path.read_bytes()
+    assert run.main([*argv, "--resume"]) == 0
+    assert path.read_bytes() == before
+
+
+def test_time_limit_stops_cleanly_and_resume_finishes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--sweep", "cpu", "--impl", "torch", "--out", str(tmp_path), *QUICK]
+    assert run.main([*argv, "--time-limit-s", "0"]) == 0
+    assert "INCOMPLETE" in capsys.readouterr().out
+    assert not (tmp_path / "cpu.csv").exists()
+    assert run.main([*argv, "--resume"]) == 0
+    assert len(_rows(tmp_path / "cpu.csv")) == len(SWEEPS["cpu"].grid("cpu", True)) * 2
+
+
+def test_memory_model_skips_impossible_configs(tmp_path: Path) -> None:
+    huge = Config(B=4096, N=10**6, M=10**6, D=64)
+    for name, impl in IMPLS.items():
+        for mode in (FORWARD, FORWARD_BACKWARD):
+            assert impl.peak_bytes(huge.B, huge.N, huge.M, huge.D, torch.float32, mode) > 0, name
+    sweep = Sweep(
+        "huge", "too big for any machine", "cpu", ("sdtw-cpu", "torch"), lambda d, q: [huge]
+    )
+    path, complete = run.run_sweep(sweep, ["sdtw-cpu", "torch"], tmp_path, repeats=1)
+    rows = _rows(path)
+    assert complete and len(rows) == 4
+    assert {r["status"] for r in rows} == {"skipped-memory"}
+    assert all(int(r["predicted_mem_bytes"]) > 2**50 for r in rows)
+    assert all(r["median"] == "" for r in rows)
+
+
+def test_gates_length_limit_and_slow_oracle() -> None:
+    cfg = Config(B=2, N=2048, M=2048, D=1)
+    status, note, _ = run.gate(IMPLS["maghoumi"], cfg, FORWARD_BACKWARD, "cuda")
+    assert status == "unsupported" and "1024" in note
+    status, _, _ = run.gate(IMPLS["reference"], cfg, FORWARD, "cpu")
+    assert status == "skipped-slow"
+
+
+def test_failures_become_statuses() -> None:
+    assert run.classify(torch.cuda.OutOfMemoryError("CUDA out of memory")) == "oom"
+    assert run.classify(RuntimeError("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")) == "launch-failed"
+    assert run.classify(ValueError("max(N, M) = 2048 exceeds")) == "unsupported"
+    assert run.classify(ZeroDivisionError()) == "error"
+
+    def broken(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
+        raise ValueError("length 13 exceeds this design's limit")
+
+    impl = Impl("broken", broken, "any", IMPLS["torch"].peak_bytes)
+    cfg = Config(B=2, N=13, M=13, D=2)
+    x, y = run.make_inputs(cfg, "cpu")
+    row = run.measure(impl, cfg, FORWARD, x, y, "cpu", lambda: run.Oracle(""), 2, 0.01)
+    assert row["status"] == "unsupported" and "limit" in row["note"]
+
+
+@pytest.mark.cudasim
+def test_launches_are_counted_under_the_simulator(tmp_path: Path) -> None:
+    # The CUDA baselines in Numba's simulator (CPU tensors), one tiny config, in a fresh process
+    # (the simulator must be on before numba is imported).
+    script = (
+        "import sys; from pathlib import Path; from experiments import run; "
+        "from experiments.sweeps import Config, Sweep; "
+        "s = Sweep('sim', '', 'cpu', (), lambda d, q: [Config(2, 5, 4, 3)]); "
+        "run.run_sweep(s, ['paper-fused', 'maghoumi-bmm'], Path(sys.argv[1]), repeats=1)"
+    )
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, check=True, cwd=REPO)
+    rows = {(r["impl"], r["mode"]): r for r in _rows(tmp_path / "sim.csv")}
+    assert {r["status"] for r in rows.values()} == {"ok"}
+    diagonals = 5 + 4 - 1
+    assert rows["paper-fused", FORWARD]["launches"] == str(diagonals)
+    assert rows["paper-fused", FORWARD_BACKWARD]["launches"] == str(2 * diagonals)
+    assert rows["maghoumi-bmm", FORWARD]["launches"] == "1"
+    assert rows["maghoumi-bmm", FORWARD_BACKWARD]["launches"] == "2"
+    assert float(rows["paper-fused", FORWARD_BACKWARD]["rel_err_grad_x"]) < 1e-4
