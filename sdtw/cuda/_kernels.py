@@ -6,10 +6,11 @@ The (N, M) table of a pair is cut into *bands* of ``TB`` rows.  One thread block
 threads (one warp) owns one band, thread ``t`` owns row ``i0 + t``, and the block sweeps the
 band's columns as a skewed wavefront: at step ``s`` thread ``t`` computes column ``s - t``.
 The three DP neighbours come from the thread itself (left), from thread ``t - 1`` one step
-earlier (up) and two steps earlier (diagonal), exchanged through a 2-slot shared array with one
-barrier per step.  Thread 0 reads the row above the band from a small boundary buffer ``Rb``
-that the band above publishes chunk by chunk (``TW`` columns) with a progress counter; the band
-below spins on that counter.  Blocks take a *ticket* from an atomic counter and derive their
+earlier (up) and two steps earlier (diagonal), passed by a warp shuffle: the 32 steps of a
+chunk run without a barrier (each lane touches only its own row of the staged block).
+Thread 0 reads the row above the band from a small boundary buffer ``Rb`` that the band above
+publishes chunk by chunk (``TW`` columns) with a progress counter; the band below spins on
+that counter.  Blocks take a *ticket* from an atomic counter and derive their
 (band, pair) from it, so a block only ever waits for blocks that started before it: no
 deadlock whatever order the hardware schedules blocks in, and the CUDA simulator (which runs
 blocks one at a time) works too.  One launch does the whole forward, one the whole backward:
@@ -42,9 +43,14 @@ lines (a stale-L1 read of a line shared with an earlier chunk is impossible).
 from __future__ import annotations
 
 import math
+import os
 
 from numba import cuda, float32, float64, int32
+from numba.cuda import libdevice
 
+#: Numba's CPU simulator lacks warp shuffles and libdevice: two small device functions below
+#: have simulator twins, chosen once at import.
+SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
 TB = 32  # rows per band = threads per block (one warp)
 TW = 32  # columns per chunk (published / staged together); TW == TB is assumed below
 DC = 16  # features staged in shared memory per pass of the fused distance
@@ -76,12 +82,38 @@ def _softmin3(r_diag, r_up, r_left, gamma, inv_gamma):
 
 
 @cuda.jit(device=True, inline=True)
+def _fast_exp_gpu(x):
+    return libdevice.fast_expf(x)
+
+
+@cuda.jit(device=True, inline=True)
+def _fast_log_gpu(x):
+    return libdevice.fast_logf(x)
+
+
+@cuda.jit(device=True, inline=True)
+def _fast_exp_sim(x):
+    return float32(math.exp(x))
+
+
+@cuda.jit(device=True, inline=True)
+def _fast_log_sim(x):
+    return float32(math.log(x))
+
+
+fast_exp = _fast_exp_sim if SIMULATED else _fast_exp_gpu
+fast_log = _fast_log_sim if SIMULATED else _fast_log_gpu
+
+
+@cuda.jit(device=True, inline=True)
 def _softmin3_fast(r_diag, r_up, r_left, gamma, inv_gamma):
-    """As :func:`_softmin3`, with float32 exp/log of the float64 *differences*.
+    """As :func:`_softmin3`, with float32 hardware exp/log of the float64 *differences*.
 
     The arguments of exp are ``(m - r_k) / gamma <= 0`` formed in float64, so rounding them to
-    float32 costs a relative 6e-8 of the weight, not an absolute error that grows with ``R``;
-    ``log(s)`` with ``s`` in [1, 3] is good to 1e-7 absolute.  R itself stays float64.
+    float32 and using ``ex2.approx`` costs a relative ~2e-7 of each weight, not an absolute
+    error that grows with ``R``; ``log(s)`` with ``s`` in [1, 3] is good to ~2e-7 absolute.
+    R itself stays float64.  These are the two multi-function-unit instructions on the
+    step's critical path (the accurate libm versions are ~10 dependent instructions each).
     """
     m = r_diag
     if r_up < m:
@@ -91,12 +123,49 @@ def _softmin3_fast(r_diag, r_up, r_left, gamma, inv_gamma):
     if m == INF:
         # all +inf (unreachable), or NaN hidden behind +inf minima: keep the NaN
         return r_diag + r_up + r_left, 0.0, 0.0
-    ed = math.exp(float32((m - r_diag) * inv_gamma))
-    eu = math.exp(float32((m - r_up) * inv_gamma))
-    el = math.exp(float32((m - r_left) * inv_gamma))
+    ed = fast_exp(float32((m - r_diag) * inv_gamma))
+    eu = fast_exp(float32((m - r_up) * inv_gamma))
+    el = fast_exp(float32((m - r_left) * inv_gamma))
     s = ed + eu + el
     inv_s = float32(1.0) / s
-    return m - gamma * float64(math.log(s)), float64(ed * inv_s), float64(eu * inv_s)
+    return m - gamma * float64(fast_log(s)), float64(ed * inv_s), float64(eu * inv_s)
+
+
+# Neighbour exchange between the lanes of a band.  On a GPU the band is one warp and a shuffle
+# moves the value (no barrier, no shared memory round trip); Numba's simulator has no
+# shuffles, so there the same exchange goes through a 2-slot shared array and a barrier.  Both
+# return lane (tid - 1)'s / (tid + 1)'s argument from this step (lane 0 / TB-1 get their own).
+FULL_MASK = 0xFFFFFFFF
+
+
+@cuda.jit(device=True, inline=True)
+def _from_prev_lane_shfl(v, xch, parity):
+    return cuda.shfl_up_sync(FULL_MASK, v, 1)
+
+
+@cuda.jit(device=True, inline=True)
+def _from_next_lane_shfl(v, xch, parity):
+    return cuda.shfl_down_sync(FULL_MASK, v, 1)
+
+
+@cuda.jit(device=True, inline=True)
+def _from_prev_lane_smem(v, xch, parity):
+    tid = cuda.threadIdx.x
+    xch[parity, tid] = v
+    cuda.syncthreads()
+    return xch[parity, tid - 1] if tid > 0 else v
+
+
+@cuda.jit(device=True, inline=True)
+def _from_next_lane_smem(v, xch, parity):
+    tid = cuda.threadIdx.x
+    xch[parity, tid] = v
+    cuda.syncthreads()
+    return xch[parity, tid + 1] if tid < TB - 1 else v
+
+
+from_prev_lane = _from_prev_lane_smem if SIMULATED else _from_prev_lane_shfl
+from_next_lane = _from_next_lane_smem if SIMULATED else _from_next_lane_shfl
 
 
 @cuda.jit(device=True, inline=True)
@@ -162,7 +231,7 @@ def _build_forward(fused: bool, fast: bool):
         if fused:
             xsh = cuda.shared.array((DC, TB1), float64)
             ysh = cuda.shared.array((DC, TW1), float64)
-        xch[1, tid] = INF
+        up_next = INF
         r_left = INF
         r_diag = INF
         if k == 0 and tid == 0:
@@ -223,10 +292,7 @@ def _build_forward(fused: bool, fast: bool):
             for kk in range(TW):
                 s = j0 + kk
                 j = s - tid
-                if tid == 0:
-                    up = top[buf, kk]
-                else:
-                    up = xch[(s + 1) % 2, tid - 1]
+                up = top[buf, kk] if tid == 0 else up_next
                 r = INF
                 if row_ok and j >= 0 and j < M:
                     if kk >= tid:
@@ -247,10 +313,10 @@ def _build_forward(fused: bool, fast: bool):
                         Rb[b, k, j] = r
                     if i == N - 1 and j == M - 1:
                         out[b] = r
-                xch[s % 2, tid] = r
                 r_left = r
                 r_diag = up
-                cuda.syncthreads()
+                up_next = from_prev_lane(r, xch, s & 1)
+            cuda.syncthreads()
             if tid == TB - 1 and k < nb - 1:
                 _publish(flags, 1 + b * nb + k, min(j0 + TW - TB + 1, M))
             # Chunk c - 1 is complete now: write its weights out, coalesced along columns.
@@ -302,7 +368,7 @@ def _build_backward(fast: bool):
         blk = cuda.shared.array((2, 2, TB, TW), blk_t)
         below = cuda.shared.array((2, TW), float64)
         xch = cuda.shared.array((2, TB), float64)
-        xch[1, tid] = 0.0
+        inc_next = 0.0
         e_left = 0.0
         d_prev = 0.0
         g = gout[b]
@@ -333,10 +399,7 @@ def _build_backward(fast: bool):
             for kk in range(TW):
                 s = s0 + kk
                 j = M - 1 - s + (TB - 1 - tid)
-                if tid == TB - 1:
-                    inc = below[buf, kk]
-                else:
-                    inc = xch[(s + 1) % 2, tid + 1]
+                inc = below[buf, kk] if tid == TB - 1 else inc_next
                 v = 0.0
                 d_cur = 0.0
                 if row_ok and j >= 0 and j < M:
@@ -360,9 +423,9 @@ def _build_backward(fast: bool):
                         Gb[b, k, j] = v
                 else:
                     e_left = 0.0
-                xch[s % 2, tid] = v
                 d_prev = d_cur
-                cuda.syncthreads()
+                inc_next = from_next_lane(v, xch, s & 1)
+            cuda.syncthreads()
             if tid == 0 and k > 0:
                 _publish(flags, 1 + b * nb + k, min(s0 + TW - TB + 1, M))
             if c > 0:

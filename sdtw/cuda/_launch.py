@@ -37,12 +37,19 @@ def _arr(t: torch.Tensor):
 
 
 def _stream(device: torch.device):
+    """torch's current stream as (numba stream, cuda.core stream or None), cached per handle."""
     if simulator_enabled():
-        return 0
+        return 0, None
     ptr = torch.cuda.current_stream(device).cuda_stream
     s = _streams.get(ptr)
     if s is None:
-        s = _streams[ptr] = cuda.external_stream(ptr)
+        try:
+            from cuda.core import Stream
+
+            core = Stream.from_handle(ptr)
+        except Exception:  # older cuda.core: the fast path passes numba's stream instead
+            core = None
+        s = _streams[ptr] = (cuda.external_stream(ptr), core)
     return s
 
 
@@ -71,7 +78,8 @@ class _Launcher:
             return (a.dtype, a.dim(), a.is_contiguous())
         return (type(a),)
 
-    def __call__(self, grid: int, block: int, stream, *args) -> None:
+    def __call__(self, grid: int, block: int, streams, *args) -> None:
+        stream, core_stream = streams
         key = tuple(self._key(a) for a in args)
         entry = self.cache.get(key)
         if entry is None or entry is False or simulator_enabled():
@@ -93,7 +101,8 @@ class _Launcher:
                 flat.append(ctypes.c_int64(a))
             else:
                 flat.append(ctypes.c_double(a))
-        _cuda_core_launch(stream, config_for(grid, block), kernel, *flat)
+        launch_stream = stream if core_stream is None else core_stream
+        _cuda_core_launch(launch_stream, config_for(grid, block), kernel, *flat)
 
     def _find(self, conv: list):
         if os.environ.get("SDTW_FAST_LAUNCH", "1") == "0":
