@@ -69,6 +69,18 @@ def test_sim_cost_entry_and_no_grad(rng):
 
 @requires_sim
 @pytest.mark.cudasim
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_sim_inputs_not_modified(rng, dtype):
+    x = randn(rng, 2, 5, 3, dtype=dtype).requires_grad_()
+    y = randn(rng, 2, 4, 3, dtype=dtype).requires_grad_()
+    x0, y0 = x.detach().clone(), y.detach().clone()
+    for fused in (True, False):
+        sdtw.softdtw(x, y, backend="cuda", fused=fused, normalize=True).sum().backward()
+    assert torch.equal(x.detach(), x0) and torch.equal(y.detach(), y0)
+
+
+@requires_sim
+@pytest.mark.cudasim
 def test_sim_second_backward_is_refused(rng):
     x = randn(rng, 1, 3, 2).requires_grad_()
     v = sdtw.softdtw(x, randn(rng, 1, 4, 2), backend="cuda").sum()

@@ -203,19 +203,21 @@ def forward(
     nb = -(-N // K.TB)
     Mp = -(-M // K.TW) * K.TW
     sdt = storage_dtype(a.dtype)
+    out = torch.empty(B, dtype=torch.float64, device=dev)
+    if fused:
+        # float64 squared norms, before the big buffers exist (the float64 copy is transient)
+        # and squared in place, so the step's peak stays at P + boundary rows.
+        xx = a.to(torch.float64, copy=True).pow_(2).sum(-1)  # copy=True: never touch the input
+        yy = y.to(torch.float64, copy=True).pow_(2).sum(-1)
+        args = (a, y, xx, yy)
+    else:
+        args = (a, a, out.view(1, B), out.view(1, B))  # unused slots, any arrays of the right rank
     flags = _flags(B, nb, dev)
     Rb = torch.empty((B, nb, Mp), dtype=torch.float64, device=dev)
-    out = torch.empty(B, dtype=torch.float64, device=dev)
     if store:
         P = torch.empty((B, 2, N, M), dtype=sdt, device=dev)
     else:
         P = torch.empty((1, 2, 1, 1), dtype=sdt, device=dev)
-    if fused:
-        xx = a.double().square().sum(-1)
-        yy = y.double().square().sum(-1)
-        args = (a, y, xx, yy)
-    else:
-        args = (a, a, out.view(1, B), out.view(1, B))  # unused slots, any arrays of the right rank
     kernel = K.FORWARD[fused, sdt == torch.float32]
     _launcher(kernel)(
         B * nb,
