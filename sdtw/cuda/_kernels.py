@@ -60,16 +60,23 @@ INF = math.inf
 
 
 @cuda.jit(device=True, inline=True)
+def _min3(a, b, c):
+    """Minimum by comparisons (a NaN argument is skipped here and caught by the exp sum)."""
+    m = a
+    if b < m:
+        m = b
+    if c < m:
+        m = c
+    return m
+
+
+@cuda.jit(device=True, inline=True)
 def _softmin3(r_diag, r_up, r_left, gamma, inv_gamma):
     """Soft-min of three float64 values and the weights of the first two (float64 math).
 
     NaN anywhere propagates to the value (it enters the sum of exponentials).
     """
-    m = r_diag
-    if r_up < m:
-        m = r_up
-    if r_left < m:
-        m = r_left
+    m = _min3(r_diag, r_up, r_left)
     if m == INF:
         # all +inf (unreachable), or NaN hidden behind +inf minima: keep the NaN
         return r_diag + r_up + r_left, 0.0, 0.0
@@ -115,11 +122,7 @@ def _softmin3_fast(r_diag, r_up, r_left, gamma, inv_gamma):
     R itself stays float64.  These are the two multi-function-unit instructions on the
     step's critical path (the accurate libm versions are ~10 dependent instructions each).
     """
-    m = r_diag
-    if r_up < m:
-        m = r_up
-    if r_left < m:
-        m = r_left
+    m = _min3(r_diag, r_up, r_left)
     if m == INF:
         # all +inf (unreachable), or NaN hidden behind +inf minima: keep the NaN
         return r_diag + r_up + r_left, 0.0, 0.0
