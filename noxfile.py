@@ -1,4 +1,5 @@
-"""nox sessions for sdtw: `tests` and `lint` by default; `bench`, `benchmark`, `gpu` on request.
+"""nox sessions for sdtw: `tests` and `lint` by default; `bench`, `benchmark`, `gpu`, `figures`,
+`paper` on request.
 
 torch is never pulled implicitly: sessions see the interpreter's site-packages, so an installed
 torch (CPU or CUDA) is reused; when none is installed, ``SDTW_TORCH_SPEC`` (default
@@ -67,3 +68,17 @@ def benchmark(session: nox.Session) -> None:
         "--benchmark-compare-fail=median:20%",
         *session.posargs,
     )
+
+
+@nox.session(venv_params=VENV)
+def figures(session: nox.Session) -> None:
+    """Draw the figures (PNG + PDF) into figures/ from the committed CSVs; no GPU needed."""
+    _install(session, "bench")
+    session.run("python", "-m", "figures.make_figures", *session.posargs)
+
+
+@nox.session(venv_params=VENV)
+def paper(session: nox.Session) -> None:
+    """Regenerate paper/REPRODUCTION.md from the committed CSVs; no GPU needed."""
+    _install(session, "bench")
+    session.run("python", "-m", "paper.make_report", *session.posargs)

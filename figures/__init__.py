@@ -1,0 +1,1 @@
+"""Reproduction figures, drawn from the committed benchmark CSVs (``make_figures``)."""

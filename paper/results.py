@@ -1,0 +1,173 @@
+"""Read the committed benchmark CSVs: shared by :mod:`paper.make_report` and the figures.
+
+Standard library only (plus :mod:`experiments.sweeps` for the planned grids), so the report
+can be regenerated and checked in the test environment, where pandas and matplotlib may be
+absent.
+
+A CSV cell is kept as the string the harness wrote.  :func:`num` turns it into a number:
+``""`` (not measured, not applicable) is ``None``; ``"nan"`` / ``"inf"`` (a non-finite
+result, e.g. a NaN gradient) are the float NaN / inf, so the two cases stay apart.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "FORWARD_BACKWARD",
+    "REPO",
+    "RESULTS",
+    "Point",
+    "Results",
+    "fmt_sig",
+    "impl_order",
+    "not_ok",
+    "num",
+    "planned",
+    "status_of",
+]
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "experiments" / "results" / "nvidia-h200"
+FORWARD_BACKWARD = "forward+backward"
+SWEEP_FILES = ("paper-grid", "fig1-length", "fig1-dim", "gamma", "long")
+
+Row = dict[str, str]
+
+
+def num(cell: str | None) -> float | None:
+    """A CSV cell as a float: ``None`` when empty, NaN / inf kept as such."""
+    if cell is None or cell.strip() == "":
+        return None
+    return float(cell)
+
+
+def fmt_sig(x: float, digits: int = 3) -> str:
+    """``x`` with ``digits`` significant digits, never in exponent notation above 1."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}"
+
+
+@dataclass(frozen=True)
+class Point:
+    """A planned measurement: implementation and configuration (forward + backward)."""
+
+    impl: str
+    B: int
+    N: int
+    M: int
+    D: int
+    gamma: float
+
+
+class Results:
+    """The CSVs of one results folder, one list of rows per sweep (absent files: empty).
+
+    Parameters
+    ----------
+    folder : Path
+        ``experiments/results/<machine>`` with ``<sweep>.csv`` files.
+    """
+
+    def __init__(self, folder: Path = RESULTS) -> None:
+        self.folder = Path(folder)
+        self.sweeps: dict[str, list[Row]] = {}
+        for name in SWEEP_FILES:
+            path = self.folder / f"{name}.csv"
+            if path.exists():
+                with path.open(newline="") as f:
+                    self.sweeps[name] = list(csv.DictReader(f))
+            else:
+                self.sweeps[name] = []
+
+    def rows(self, sweep: str, mode: str = FORWARD_BACKWARD, **where: object) -> list[Row]:
+        """Rows of ``sweep`` in ``mode`` whose columns equal ``where`` (numbers compared as
+        numbers)."""
+        out = []
+        for row in self.sweeps.get(sweep, []):
+            if row["mode"] != mode:
+                continue
+            if all(_equal(row[column], value) for column, value in where.items()):
+                out.append(row)
+        return out
+
+    def one(self, sweep: str, mode: str = FORWARD_BACKWARD, **where: object) -> Row | None:
+        """The row matching ``where``, or ``None``; more than one match is an error."""
+        found = self.rows(sweep, mode, **where)
+        if len(found) > 1:
+            raise ValueError(f"{len(found)} rows in {sweep} match {where}")
+        return found[0] if found else None
+
+    def value(self, sweep: str, column: str, **where: object) -> float | None:
+        """``num(row[column])`` of the forward + backward row matching ``where`` if it is
+        ``ok``; ``None`` otherwise."""
+        row = self.one(sweep, **where)
+        if row is None or row["status"] != "ok":
+            return None
+        return num(row[column])
+
+    def provenance(self, sweep: str) -> dict[str, str]:
+        """Distinct values of each provenance column in ``sweep``, joined by ``" / "``."""
+        rows = self.sweeps.get(sweep, [])
+        out = {}
+        for column in (
+            "gpu driver cuda torch numba numba_cuda numpy python git_sha git_dirty date_utc host"
+        ).split():
+            out[column] = " / ".join(sorted({r[column] for r in rows}))
+        return out
+
+
+def _equal(cell: str, value: object) -> bool:
+    if isinstance(value, str):
+        return cell == value
+    if isinstance(value, int | float):
+        number = num(cell)
+        return number is not None and math.isclose(number, float(value), rel_tol=1e-9)
+    raise TypeError(f"cannot compare a CSV cell with {type(value).__name__}")
+
+
+def planned(sweep: str) -> list[Point]:
+    """Every forward + backward point that the harness plans for ``sweep`` on a GPU
+    (:mod:`experiments.sweeps`, the one definition of the grids)."""
+    from experiments.sweeps import SWEEPS
+
+    spec = SWEEPS[sweep]
+    return [
+        Point(impl, c.B, c.N, c.M, c.D, c.gamma)
+        for c in spec.grid("cuda", False)
+        for impl in spec.impls
+    ]
+
+
+def status_of(results: Results, sweep: str, point: Point) -> tuple[str, str]:
+    """(status, note) of a planned point: the CSV's status, or ``"missing"`` without a row."""
+    row = results.one(
+        sweep, impl=point.impl, B=point.B, N=point.N, M=point.M, D=point.D, gamma=point.gamma
+    )
+    if row is None:
+        return "missing", "no row in the CSV (the run stopped before this point)"
+    return row["status"], row["note"]
+
+
+def not_ok(results: Results, sweep: str) -> list[tuple[Point, str, str]]:
+    """Planned points of ``sweep`` without an ``ok`` measurement: (point, status, note)."""
+    out = []
+    for point in planned(sweep):
+        status, note = status_of(results, sweep, point)
+        if status != "ok":
+            out.append((point, status, note))
+    return out
+
+
+def impl_order(names: Collection[str]) -> list[str]:
+    """``names`` in the registry's order of :mod:`experiments.impls` (unknown ones last)."""
+    from experiments.impls import IMPLS
+
+    known = [n for n in IMPLS if n in names]
+    return known + sorted(set(names) - set(known))
