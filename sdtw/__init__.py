@@ -5,9 +5,10 @@ Importing this package never touches the GPU and needs neither numba-cuda nor Tr
 
 from __future__ import annotations
 
+from sdtw.barycenter import softdtw_barycenter
 from sdtw.functional import softdtw, softdtw_from_cost
 from sdtw.module import SoftDTW
 from sdtw.reference import softdtw_reference
 
-__all__ = ["SoftDTW", "softdtw", "softdtw_from_cost", "softdtw_reference"]
+__all__ = ["SoftDTW", "softdtw", "softdtw_barycenter", "softdtw_from_cost", "softdtw_reference"]
 __version__ = "0.1.0"

@@ -398,14 +398,13 @@ def softdtw_barycenter(
             total = total.index_add(0, b.group, b.weight * d)
         return total
 
-    with torch.no_grad():
-        F0 = objective(Z0, buckets)
-    if not bool(torch.isfinite(F0).all()):
-        raise ValueError(
-            f"the objective at init is not finite ({F0.tolist()}): NaN/inf in X or init, or "
-            f"bandwidth={bandwidth} too narrow for barycenter length {N} and input lengths "
-            f"{lengths}"
-        )
+    def check_start(values: list[float]) -> None:
+        if not all(math.isfinite(v) for v in values):
+            raise ValueError(
+                f"the objective at init is not finite ({values}): NaN/inf in X or init, or "
+                f"bandwidth={bandwidth} too narrow for barycenter length {N} and input "
+                f"lengths {lengths}"
+            )
 
     run = _lbfgs if method == "lbfgs" else _adam
     Z, history = run(
@@ -418,6 +417,7 @@ def softdtw_barycenter(
         patience=patience,
         tol=tol,
         verbose=verbose,
+        check_start=check_start,
     )
     Z = Z.to(out_dtype)
     hist = [torch.tensor(h, dtype=torch.float64) for h in history]
@@ -438,7 +438,9 @@ def _make_buckets(
         w = torch.stack(w_groups).reshape(K * S)
         keep = w > 0
         group = torch.arange(K).repeat_interleave(S)[keep]
-        X = groups.detach().reshape(K * S, M, D)[keep.to(groups.device)]
+        X = groups.detach().reshape(K * S, M, D)
+        if not bool(keep.all()):
+            X = X[keep.to(X.device)]
         return [
             _Bucket(
                 X.to(device=device, dtype=dtype),
@@ -520,10 +522,11 @@ class _Progress:
 class _Tracker:
     """Per-barycenter history, best iterate and early-stopping state."""
 
-    def __init__(self, K: int, early_stopping: bool, patience: int, tol: float) -> None:
+    def __init__(self, Z0: torch.Tensor, early_stopping: bool, patience: int, tol: float) -> None:
+        K = Z0.shape[0]
         self.history: list[list[float]] = [[] for _ in range(K)]
         self.best = [math.inf] * K
-        self.best_Z: list[torch.Tensor | None] = [None] * K
+        self.best_Z = Z0.detach().clone()
         self.ref = [math.inf] * K  # the last objective that counted as an improvement
         self.wait = [0] * K
         self.active = [True] * K
@@ -532,13 +535,14 @@ class _Tracker:
     def record(self, Z: torch.Tensor, values: list[float], stop_check: bool = True) -> bool:
         """Log the objectives of the active groups at Z; return whether the active set changed."""
         changed = False
+        improved = []
         for k, v in enumerate(values):
             if not self.active[k]:
                 continue
             self.history[k].append(v)
             if v < self.best[k]:
                 self.best[k] = v
-                self.best_Z[k] = Z[k].detach().clone()
+                improved.append(k)
             if not (stop_check and self.early_stopping):
                 continue
             ref = self.ref[k]
@@ -549,31 +553,38 @@ class _Tracker:
                 if self.wait[k] >= self.patience:
                     self.active[k] = False
                     changed = True
+        if improved:
+            # One copy for all improved barycenters (K small copies would be K launches).
+            idx = torch.as_tensor(improved, device=Z.device)
+            self.best_Z.index_copy_(0, idx, Z.detach()[idx])
         return changed
 
     def result(self) -> tuple[torch.Tensor, list[list[float]]]:
-        return torch.stack(self.best_Z), self.history
+        return self.best_Z, self.history
 
 
-def _adam(*, objective, Z0, buckets, max_iter, lr, early_stopping, patience, tol, verbose):
-    K = Z0.shape[0]
+def _adam(
+    *, objective, Z0, buckets, max_iter, lr, early_stopping, patience, tol, verbose, check_start
+):
     Z = Z0.clone().requires_grad_(True)
     opt = torch.optim.Adam([Z], lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max_iter, eta_min=lr / 10)
-    track = _Tracker(K, early_stopping, patience, tol)
+    track = _Tracker(Z0, early_stopping, patience, tol)
     bar = _Progress(verbose, max_iter)
     current = buckets
     try:
-        for _ in range(max_iter):
+        for it in range(max_iter):
             opt.zero_grad(set_to_none=True)
             values = objective(Z, current)
+            vals = values.detach().double().cpu().tolist()
+            if it == 0:
+                check_start(vals)
             values.sum().backward()
             # Per-barycenter clipping: a joint norm would couple the K problems.
             with torch.no_grad():
                 norms = Z.grad.flatten(1).norm(dim=1)
                 scale = (MAX_GRAD_NORM / (norms + 1e-6)).clamp(max=1.0)
                 Z.grad.mul_(scale[:, None, None])
-            vals = values.detach().double().cpu().tolist()
             bar.update([v for v, a in zip(vals, track.active, strict=True) if a])
             if track.record(Z, vals):
                 if not any(track.active):
@@ -592,8 +603,9 @@ def _adam(*, objective, Z0, buckets, max_iter, lr, early_stopping, patience, tol
     return track.result()
 
 
-def _lbfgs(*, objective, Z0, buckets, max_iter, lr, early_stopping, patience, tol, verbose):
-    K = Z0.shape[0]
+def _lbfgs(
+    *, objective, Z0, buckets, max_iter, lr, early_stopping, patience, tol, verbose, check_start
+):
     Z = Z0.clone().requires_grad_(True)
     opt = torch.optim.LBFGS(
         [Z],
@@ -603,7 +615,7 @@ def _lbfgs(*, objective, Z0, buckets, max_iter, lr, early_stopping, patience, to
         history_size=20,
         line_search_fn="strong_wolfe",
     )
-    track = _Tracker(K, early_stopping, patience, tol)
+    track = _Tracker(Z0, early_stopping, patience, tol)
     bar = _Progress(verbose, max_iter)
     # step() evaluates the closure at the current point, which the previous line search has
     # usually just evaluated: a one-entry cache saves that duplicate evaluation.
@@ -625,8 +637,10 @@ def _lbfgs(*, objective, Z0, buckets, max_iter, lr, early_stopping, patience, to
         return cache["values"].double().cpu().tolist()
 
     try:
-        for _ in range(max_iter):
+        for it in range(max_iter):
             vals = values_at_current()
+            if it == 0:
+                check_start(vals)
             bar.update([v for v, a in zip(vals, track.active, strict=True) if a])
             track.record(Z, vals)
             if not any(track.active):

@@ -1,0 +1,1 @@
+"""Runnable examples: ``python -m examples.forecasting``, ``python -m examples.barycenter``."""
