@@ -17,6 +17,10 @@ name               what                                                         
 ``reference``      float64 NumPy oracle (slow; timed only at small N M)         any
 =================  ===========================================================  ======
 
+For the ``barycenter`` sweep, ``impl.solve_barycenter(X, gamma, max_iter, early_stopping)`` runs
+ours through :func:`sdtw.softdtw_barycenter` and every other implementation through the same
+Adam loop around its loss (:func:`experiments.barycenter.adam_barycenter`).
+
 The baselines are imported lazily (:func:`baselines_error` says why they are missing, if they
 are), so this module imports on any machine and never touches a GPU.
 
@@ -74,6 +78,9 @@ FORWARD_BACKWARD = "forward+backward"
 MODES = (FORWARD, FORWARD_BACKWARD)
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+#: ``solve(X, gamma, max_iter, early_stopping) -> history``: a barycenter of X (S, M, D) and the
+#: objective after each step (:func:`experiments.barycenter.adam_barycenter`'s ``history``).
+BarycenterFn = Callable[[torch.Tensor, float, int, bool], list[float]]
 MemoryModel = Callable[[int, int, int, int, torch.dtype, str], int]
 
 
@@ -102,6 +109,9 @@ class Impl:
         ``None`` where launches are not counted (torch ops, CPU code).
     baseline : bool
         Comes from :mod:`baselines` (imported lazily).
+    barycenter : callable or None
+        Its own soft-DTW barycenter solver (ours: :func:`sdtw.softdtw_barycenter`); ``None``:
+        :func:`experiments.barycenter.adam_barycenter`, the same algorithm, around ``loss``.
     """
 
     name: str
@@ -113,6 +123,20 @@ class Impl:
     max_cells: int | None = None
     launches: Callable[[], int] | None = None
     baseline: bool = False
+    barycenter: BarycenterFn | None = None
+
+    def solve_barycenter(
+        self, X: torch.Tensor, gamma: float, max_iter: int, early_stopping: bool
+    ) -> list[float]:
+        """Solve for the barycenter of ``X`` (S, M, D) by Adam; the objective per step."""
+        if self.barycenter is not None:
+            return self.barycenter(X, gamma, max_iter, early_stopping)
+        from experiments.barycenter import adam_barycenter
+
+        _, history = adam_barycenter(
+            self.loss, X, gamma=gamma, max_iter=max_iter, early_stopping=early_stopping
+        )
+        return history
 
     def runs_on(self, device: str) -> bool:
         """Whether this implementation takes inputs on ``device`` ("cuda" or "cpu").
@@ -213,6 +237,31 @@ def _sdtw(fused: bool | None, backend: str) -> LossFn:
     return loss
 
 
+def _sdtw_barycenter(fused: bool | None, backend: str) -> BarycenterFn:
+    def solve(X: torch.Tensor, gamma: float, max_iter: int, early_stopping: bool) -> list[float]:
+        from sdtw import softdtw_barycenter
+
+        _, history = softdtw_barycenter(
+            X,
+            gamma=gamma,
+            max_iter=max_iter,
+            early_stopping=early_stopping,
+            fused=fused,
+            backend=backend,
+            return_history=True,
+        )
+        return history.tolist()
+
+    return solve
+
+
+def _ours(name: str, fused: bool | None, backend: str, model: MemoryModel, **kwargs) -> Impl:
+    """sdtw with these options: its loss, and its own barycenter solver."""
+    device = "cuda" if backend == "cuda" else "any"
+    loss, solve = _sdtw(fused, backend), _sdtw_barycenter(fused, backend)
+    return Impl(name, loss, device, model, barycenter=solve, **kwargs)
+
+
 # --------------------------------------------------------------------------------------------
 # Baselines (imported lazily; another part of the project)
 # --------------------------------------------------------------------------------------------
@@ -253,9 +302,9 @@ def _baseline_launches() -> int:
 IMPLS: dict[str, Impl] = {
     impl.name: impl
     for impl in [
-        Impl("sdtw-fused", _sdtw(True, "cuda"), "cuda", _sdtw_fused, launches=_sdtw_launches),
-        Impl("sdtw-unfused", _sdtw(False, "cuda"), "cuda", _sdtw_unfused, launches=_sdtw_launches),
-        Impl("sdtw-cpu", _sdtw(None, "cpu"), "any", _sdtw_cpu, host_memory=True),
+        _ours("sdtw-fused", True, "cuda", _sdtw_fused, launches=_sdtw_launches),
+        _ours("sdtw-unfused", False, "cuda", _sdtw_unfused, launches=_sdtw_launches),
+        _ours("sdtw-cpu", None, "cpu", _sdtw_cpu, host_memory=True),
         Impl(
             "paper-unfused",
             _baseline("paper-unfused"),

@@ -34,6 +34,11 @@ gradient) or ``forward+backward`` (``loss.sum().backward()``):
 An out-of-memory error, a failed launch or a length refusal becomes a row with its status; so
 does any other exception (status ``error``, the message in ``note``): a sweep never crashes.
 
+The ``barycenter`` sweep measures soft-DTW barycenters instead (:mod:`experiments.barycenter`):
+per implementation and configuration, an Adam iteration (the same gates, warm-up, instrumented
+step and timed steps; ``metric`` ``ms_per_iter``) and two solves, with and without early
+stopping (``total_ms``, ``iterations``, ``objective``), one row per metric.
+
 Errors
 ------
 ``rel_err_*`` is the max-norm relative error ``max |a - r| / max |r|`` of the value (B,) and of
@@ -80,6 +85,7 @@ from typing import TYPE_CHECKING, TextIO
 import numpy as np
 import torch
 
+from experiments import barycenter
 from experiments.impls import (
     FORWARD,
     FORWARD_BACKWARD,
@@ -392,6 +398,42 @@ def _launch_count(impl: Impl, device: str) -> int | None:
     return impl.launches()
 
 
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _instrumented(step: Callable[[], object], impl: Impl, device: str) -> tuple[object, Row]:
+    """Run ``step`` once: its output, and a row with its ``seconds``, ``peak_mem_bytes``
+    (allocated during it; ``None`` on the CPU) and ``launches`` (``None`` where not counted)."""
+    _free_memory("cpu")
+    peak = launches = None
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    launches0 = _launch_count(impl, device)
+    t0 = time.perf_counter()
+    out = step()
+    _sync(device)
+    seconds = time.perf_counter() - t0
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() - before
+    if launches0 is not None:
+        launches = _launch_count(impl, device) - launches0
+    return out, {"seconds": seconds, "peak_mem_bytes": peak, "launches": launches}
+
+
+def _timed(
+    step: Callable[[], object], device: str, repeats: int, budget_s: float, seconds: float
+) -> Row:
+    """Median, 20th and 80th percentiles (ms) of ``repeats`` timed calls of ``step``, fewer (at
+    least 3) if ``seconds`` per call would exceed ``budget_s``; ``status`` ok."""
+    n = max(min(3, repeats), min(repeats, math.ceil(budget_s / max(seconds, 1e-9))))
+    times = [_time_ms(step, device) for _ in range(n)]
+    p20, median, p80 = np.percentile(times, [20, 50, 80])
+    return {"median": median, "p20": p20, "p80": p80, "repeats": n, "status": "ok"}
+
+
 def measure(
     impl: Impl,
     cfg: Config,
@@ -410,34 +452,16 @@ def measure(
     def step() -> Outputs:
         return _step(impl, x, y, cfg.gamma, mode)
 
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    row: Row = {}
     try:
         step()  # warm-up
-        sync()
+        _sync(device)
         x.grad = y.grad = None  # the warm-up's gradients must not count as "before"
-        _free_memory("cpu")
-        peak = None
-        if device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-            before = torch.cuda.memory_allocated()
-        launches0 = _launch_count(impl, device)
-        t0 = time.perf_counter()
-        value, grad_x, grad_y = step()
-        sync()
-        seconds = time.perf_counter() - t0
-        if device == "cuda":
-            peak = torch.cuda.max_memory_allocated() - before
-        if launches0 is not None:
-            row["launches"] = _launch_count(impl, device) - launches0
+        (value, grad_x, grad_y), row = _instrumented(step, impl, device)
         outputs = [None if t is None else t.detach().cpu() for t in (value, grad_x, grad_y)]
         del value, grad_x, grad_y
-        n = max(min(3, repeats), min(repeats, math.ceil(budget_s / max(seconds, 1e-9))))
-        times = [_time_ms(step, device) for _ in range(n)]
+        row.update(_timed(step, device, repeats, budget_s, row.pop("seconds")))
     except Exception as exc:
         return {"status": classify(exc), "note": _message(exc)}
-    p20, median, p80 = np.percentile(times, [20, 50, 80])
-    row.update(median=median, p20=p20, p80=p80, repeats=n, peak_mem_bytes=peak, status="ok")
     ref = oracle()
     row["reference"] = ref.name
     if ref.value is None:
@@ -448,6 +472,51 @@ def measure(
         row["rel_err_grad_x"] = rel_err(outputs[1], ref.grad_x)
         row["rel_err_grad_y"] = rel_err(outputs[2], ref.grad_y)
     return row
+
+
+def barycenter_inputs(cfg: Config, device: str) -> torch.Tensor:
+    """The ``barycenter`` sweep's sequences X (B, M, D), the same for every implementation:
+    :func:`experiments.barycenter.square_waves`."""
+    return barycenter.square_waves(cfg.B, cfg.M, cfg.D, dtype=getattr(torch, cfg.dtype)).to(device)
+
+
+def measure_barycenter(
+    impl: Impl,
+    cfg: Config,
+    mode: str,
+    X: torch.Tensor,
+    device: str,
+    repeats: int,
+    budget_s: float,
+    max_iter: int,
+) -> list[Row]:
+    """The rows of one ``barycenter`` measurement (:mod:`experiments.barycenter` lists them);
+    a failure becomes one row with its status, under the mode's first metric."""
+    metrics = barycenter.METRICS[mode]
+    history: list[float] = []
+
+    def solve() -> None:
+        early_stopping = mode == barycenter.EARLY_STOP
+        history[:] = impl.solve_barycenter(X, cfg.gamma, max_iter, early_stopping)
+
+    try:
+        solver = barycenter.AdamBarycenter(impl.loss, X, cfg.gamma, max_iter)
+        solver.iterate()  # warm-up: JIT compilation, allocator caches, Adam's state
+        _sync(device)
+        if mode == barycenter.ITERATION:
+            _, row = _instrumented(solver.iterate, impl, device)
+            row.update(_timed(solver.iterate, device, repeats, budget_s, row.pop("seconds")))
+            return [{"metric": metrics[0], **row}]
+        del solver
+        total = _time_ms(solve, device)
+    except Exception as exc:
+        return [{"metric": metrics[0], "status": classify(exc), "note": _message(exc)}]
+    values = {"total_ms": total, "iterations": len(history) - 1, "objective": min(history)}
+    note = f"one solve of max_iter = {max_iter}"
+    return [
+        {"metric": m, "median": values[m], "repeats": 1, "status": "ok", "note": note}
+        for m in metrics
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -566,13 +635,14 @@ def run_sweep(
         if points:
             plan.append((cfg, points))
     total = sum(len(points) for _, points in plan)
+    max_iter = barycenter.QUICK_MAX_ITER if quick else barycenter.MAX_ITER
     writer = _Appender(path, append=resume and path.exists())
     bar = tqdm(total=total, desc=sweep.name, unit="pt", dynamic_ncols=True, mininterval=0.5)
     complete = True
     try:
         for cfg, points in plan:
             complete = _run_config(
-                sweep, cfg, points, device, writer, bar, repeats, budget_s, deadline
+                sweep, cfg, points, device, writer, bar, repeats, budget_s, max_iter, deadline
             )
             if not complete:
                 break
@@ -591,11 +661,13 @@ def _run_config(
     bar: tqdm,
     repeats: int,
     budget_s: float,
+    max_iter: int,
     deadline: float | None,
 ) -> bool:
     """Every (impl, mode) of one configuration, sharing its inputs and its reference;
     ``False`` if the deadline stopped it."""
-    inputs: tuple[torch.Tensor, torch.Tensor] | None = None
+    is_barycenter = sweep.task == "barycenter"
+    inputs: tuple[torch.Tensor, ...] | None = None
     cached: list[Oracle] = []
 
     def oracle() -> Oracle:
@@ -608,24 +680,33 @@ def _run_config(
             return False
         impl = IMPLS[name]
         bar.set_postfix_str(f"{name} {mode} B={cfg.B} N={cfg.N} M={cfg.M} D={cfg.D}", refresh=False)
-        status, note, predicted = gate(impl, cfg, mode, device)
-        row: Row = {"status": status, "note": note}
-        if not status:
-            if inputs is None:
-                inputs = make_inputs(cfg, device)
-            row = measure(impl, cfg, mode, *inputs, device, oracle, repeats, budget_s)
-            _free_memory(device)
-        row.update(
-            sweep=sweep.name,
-            impl=name,
-            mode=mode,
-            device=device,
-            metric=METRIC,
-            predicted_mem_bytes=predicted,
-            **vars(cfg),
-            **provenance(),
+        # A barycenter iteration is one forward + backward of the loss, as the model predicts.
+        status, note, predicted = gate(
+            impl, cfg, FORWARD_BACKWARD if is_barycenter else mode, device
         )
-        writer.write(row)
+        metric = barycenter.METRICS[mode][0] if is_barycenter else METRIC
+        rows: list[Row] = [{"metric": metric, "status": status, "note": note}]
+        if not status:
+            if is_barycenter:
+                inputs = inputs or (barycenter_inputs(cfg, device),)
+                rows = measure_barycenter(
+                    impl, cfg, mode, *inputs, device, repeats, budget_s, max_iter
+                )
+            else:
+                inputs = inputs or make_inputs(cfg, device)
+                rows[0].update(measure(impl, cfg, mode, *inputs, device, oracle, repeats, budget_s))
+            _free_memory(device)
+        for row in rows:
+            row.update(
+                sweep=sweep.name,
+                impl=name,
+                mode=mode,
+                device=device,
+                predicted_mem_bytes=predicted,
+                **vars(cfg),
+                **provenance(),
+            )
+            writer.write(row)
         bar.update()
     return True
 
@@ -636,18 +717,24 @@ def _run_config(
 
 
 def summarize(path: Path) -> str:
-    """Tables of one sweep's CSV: median ms, peak MiB and worst relative error per impl."""
+    """Tables of one sweep's CSV: median ms (or each metric's median), peak MiB and worst
+    relative error per impl."""
     import pandas as pd
 
     df = pd.read_csv(path)
     lines = [f"== {path.stem} ({path}) =="]
     ok = df[df["status"] == "ok"].copy()
+    by_metric = df["metric"].nunique() > 1  # the barycenter sweep: ms, iterations, objective
     index = ["mode"] + [c for c in ("B", "N", "M", "D", "gamma") if df[c].nunique() > 1]
+    index += ["metric"] if by_metric else []
     order = [name for name in IMPLS if name in set(ok["impl"])]
     ok["peak_MiB"] = ok["peak_mem_bytes"] / 2**20
     ok["max_rel_err"] = ok[["rel_err_value", "rel_err_grad_x", "rel_err_grad_y"]].max(axis=1)
+    median_title, median_fmt = (
+        ("median, by metric", "{:.4g}") if by_metric else ("median ms", "{:.3g}")
+    )
     for column, title, fmt in [
-        ("median", "median ms", "{:.3g}"),
+        ("median", median_title, median_fmt),
         ("peak_MiB", "peak MiB", "{:.4g}"),
         ("max_rel_err", "max relative error vs float64 (value, grad x, grad y)", "{:.1e}"),
     ]:

@@ -15,15 +15,17 @@ sweep           device  grid
                         and 32768 at B = 1 (skipped if predicted not to fit)
 ``cpu``         cpu     sdtw-cpu, torch, reference; B in {8, 32}, N = M in {32, 64, 128},
                         D in {1, 8}: a few minutes on 2 cores
+``barycenter``  cuda    soft-DTW barycenter by Adam of B = 1000 square waves, N = M = 256,
+                        D = 3, gamma in {1, 0.1}: ours vs the paper's design
 ==============  ======  ============================================================
 
 Device ``auto`` means CUDA when torch sees a GPU, else the CPU.  ``quick=True`` shrinks every
 grid to a few tiny configurations (smoke tests, the test suite).
 
-Extension point: a sweep measures ``impl.loss(x, y, gamma)`` on random ``randn`` inputs.  A
-``barycenter`` sweep (the paper's Figure 2) measures a different callable on different data;
-it will need its own measured step in :mod:`experiments.run` and an entry here, e.g. a
-``Sweep.task`` field ("loss" / "barycenter") that the runner dispatches on.
+What is measured is the sweep's ``task``: ``"loss"`` times ``impl.loss(x, y, gamma)`` on random
+``randn`` inputs; ``"barycenter"`` times soft-DTW barycenter iterations and solves
+(:mod:`experiments.barycenter`) on ``B`` square waves of length ``M`` and ``D`` channels, the
+barycenter being of length ``N = M``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from experiments import barycenter
 from experiments.impls import FORWARD_BACKWARD, IMPLS, MODES
 
 __all__ = ["SWEEPS", "Config", "Sweep", "default_sweeps"]
@@ -68,7 +71,10 @@ class Sweep:
     grid : callable
         ``grid(device, quick) -> list[Config]`` with ``device`` "cuda" or "cpu".
     modes : tuple of str
-        Subset of :data:`experiments.impls.MODES`.
+        Subset of :data:`experiments.impls.MODES` (task ``"loss"``) or of
+        :data:`experiments.barycenter.MODES` (task ``"barycenter"``).
+    task : {"loss", "barycenter"}
+        What a measurement times (see the module docstring).
     """
 
     name: str
@@ -77,6 +83,7 @@ class Sweep:
     impls: tuple[str, ...]
     grid: Grid
     modes: tuple[str, ...] = field(default=MODES)
+    task: str = "loss"
 
     def resolve_device(self, cuda_available: bool) -> str:
         """The device this sweep runs on here ("cuda" or "cpu")."""
@@ -141,6 +148,12 @@ def _cpu(device: str, quick: bool) -> list[Config]:
     return _square((8, 32), (32, 64, 128), (1, 8))
 
 
+def _barycenter(device: str, quick: bool) -> list[Config]:
+    if quick:
+        return [Config(3, 10, 10, 3)]
+    return [Config(1000, 256, 256, 3, gamma) for gamma in (1.0, 0.1)]
+
+
 SWEEPS: dict[str, Sweep] = {
     s.name: s
     for s in [
@@ -186,6 +199,15 @@ SWEEPS: dict[str, Sweep] = {
             "cpu",
             ("sdtw-cpu", "torch", "reference"),
             _cpu,
+        ),
+        Sweep(
+            "barycenter",
+            "soft-DTW barycenters (Adam), 1000 square waves, L = 256, D = 3: ours vs paper design",
+            "cuda",
+            (*OURS_CUDA, "paper-unfused", "paper-fused"),
+            _barycenter,
+            modes=barycenter.MODES,
+            task="barycenter",
         ),
     ]
 }

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as dt
+import math
 import os
 import subprocess
 import sys
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments import run
+from experiments import barycenter, run
 from experiments.impls import FORWARD, FORWARD_BACKWARD, IMPLS, Impl
 from experiments.sweeps import SWEEPS, Config, Sweep
 
@@ -100,11 +102,12 @@ def test_impl_that_cannot_run_on_the_sweep_is_an_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.parametrize("gpu_sweep", ["paper-grid", "barycenter"])
 def test_gpu_sweep_without_gpu_exits_nonzero_and_writes_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    gpu_sweep: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    assert run.main(["--sweep", "cpu", "--sweep", "paper-grid", "--out", str(out)]) != 0
+    assert run.main(["--sweep", "cpu", "--sweep", gpu_sweep, "--out", str(out)]) != 0
     assert "CUDA GPU" in capsys.readouterr().err
     assert not out.exists()
 
@@ -198,3 +201,73 @@ def test_launches_are_counted_under_the_simulator(tmp_path: Path) -> None:
     assert rows["maghoumi-bmm", FORWARD]["launches"] == "1"
     assert rows["maghoumi-bmm", FORWARD_BACKWARD]["launches"] == "2"
     assert float(rows["paper-fused", FORWARD_BACKWARD]["rel_err_grad_x"]) < 1e-4
+
+
+# --------------------------------------------------------------------------------------------
+# The barycenter sweep
+# --------------------------------------------------------------------------------------------
+
+
+def test_barycenter_sweep_writes_well_formed_rows(tmp_path: Path) -> None:
+    # The GPU sweep's quick grid on the CPU, with the implementations that run there.
+    sweep = dataclasses.replace(SWEEPS["barycenter"], device="cpu")
+    impls = ["sdtw-cpu", "torch"]  # ours through the library, a baseline through the loop
+    path, complete = run.run_sweep(sweep, impls, tmp_path, repeats=2, budget_s=0.01, quick=True)
+    assert complete
+    with path.open(newline="") as f:
+        assert next(csv.reader(f)) == run.COLUMNS
+    rows = _rows(path)
+    configs = sweep.grid("cpu", True)
+    per_point = sum(len(barycenter.METRICS[mode]) for mode in sweep.modes)
+    assert len(rows) == len(configs) * len(impls) * per_point
+    assert len({(run._key(r), r["metric"]) for r in rows}) == len(rows)
+    value = {(r["impl"], r["mode"], r["metric"]): float(r["median"]) for r in rows}
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["sweep"] == "barycenter" and r["device"] == "cpu" and r["git_sha"]
+        assert r["metric"] in barycenter.METRICS[r["mode"]]
+        assert math.isfinite(float(r["median"])) and int(r["predicted_mem_bytes"]) > 0
+        if r["metric"] == "ms_per_iter":
+            assert r["p20"] and r["p80"] and int(r["repeats"]) >= 2
+    max_iter = barycenter.QUICK_MAX_ITER
+    for impl in impls:
+        assert value[impl, barycenter.NO_EARLY_STOP, "iterations"] == max_iter
+        assert 1 <= value[impl, barycenter.EARLY_STOP, "iterations"] <= max_iter
+        assert value[impl, barycenter.ITERATION, "ms_per_iter"] > 0
+    # One algorithm on the same data: the objectives agree across implementations.
+    objectives = [value[impl, barycenter.NO_EARLY_STOP, "objective"] for impl in impls]
+    assert objectives[1] == pytest.approx(objectives[0], rel=1e-4)
+    assert "ms_per_iter" in run.summarize(path)
+
+
+def test_barycenter_failure_becomes_a_status_row() -> None:
+    def broken(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
+        raise ValueError("length 10 exceeds this design's limit")
+
+    impl = Impl("broken", broken, "any", IMPLS["torch"].peak_bytes)
+    cfg = SWEEPS["barycenter"].grid("cpu", True)[0]
+    X = run.barycenter_inputs(cfg, "cpu")
+    for mode in barycenter.MODES:
+        (row,) = run.measure_barycenter(impl, cfg, mode, X, "cpu", 2, 0.01, 3)
+        assert row["status"] == "unsupported" and "limit" in row["note"]
+        assert row["metric"] == barycenter.METRICS[mode][0]
+
+
+def test_adam_loop_follows_the_library() -> None:
+    # The loop that runs the paper's design is sdtw.softdtw_barycenter's, given sdtw's loss.
+    from sdtw import softdtw_barycenter
+
+    X = barycenter.square_waves(5, 12, 2, dtype=torch.float64)
+    options = {"gamma": 0.1, "max_iter": 40, "patience": 3, "tol": 1e-3}
+    for early_stopping in (True, False):
+        Z, history = barycenter.adam_barycenter(
+            IMPLS["sdtw-cpu"].loss, X, early_stopping=early_stopping, **options
+        )
+        expected_Z, expected = softdtw_barycenter(
+            X, early_stopping=early_stopping, backend="cpu", return_history=True, **options
+        )
+        steps = len(expected) - 1
+        assert (steps < 40) if early_stopping else (steps == 40)
+        # The library's weights 1/S are rounded to float32 first: a relative 1e-8 on F.
+        assert history == pytest.approx(expected.tolist(), rel=1e-7)
+        assert torch.allclose(Z, expected_Z, rtol=0, atol=1e-10)
