@@ -53,7 +53,6 @@ def _softmin3(a: float, b: float, c: float, gamma: float) -> float:
 # minimum of their successors treats as "no such predecessor".  Batch elements are independent,
 # so the batch is split over threads; each thread walks its own table row by row, which keeps
 # the three reads and the write within two adjacent rows of memory.
-@njit(parallel=True, cache=True, nogil=True)
 def _forward_kernel(cost: np.ndarray, gamma: float, lo: int, hi: int, R: np.ndarray) -> None:
     B, N, M = cost.shape
     for b in prange(B):
@@ -85,7 +84,6 @@ def _forward_kernel(cost: np.ndarray, gamma: float, lo: int, hi: int, R: np.ndar
 # pushes E[s] P_s(p) to each of its predecessors p in the grid.  One softmax per cell, no
 # scratch.  Unreachable cells (R = +inf) have E = 0 and push nothing; if m_s were +inf, s is
 # unreachable too, so no inf - inf is ever formed.
-@njit(parallel=True, cache=True, nogil=True)
 def _backward_kernel(
     R: np.ndarray, gamma: float, lo: int, hi: int, grad_out: np.ndarray, E: np.ndarray
 ) -> None:
@@ -119,6 +117,22 @@ def _backward_kernel(
                     Eb[i, j - 1] += scale * w_left
 
 
+# Each kernel is compiled twice: parallel over the batch, and serial for small problems.  On a
+# few cores, waking Numba's thread pool right after torch's OpenMP pool (which spins for a
+# while after each parallel region) oversubscribes the cores: we saw the same tiny step take
+# 0.07 s to 3.9 s.  Below SERIAL_MAX_CELLS (about a millisecond of work) one thread is both
+# faster and steady.
+SERIAL_MAX_CELLS = 1 << 15
+_forward_parallel = njit(parallel=True, cache=True, nogil=True)(_forward_kernel)
+_backward_parallel = njit(parallel=True, cache=True, nogil=True)(_backward_kernel)
+_forward_serial = njit(nogil=True)(_forward_kernel)
+_backward_serial = njit(nogil=True)(_backward_kernel)
+
+
+def _serial(B: int, N: int, M: int) -> bool:
+    return B == 1 or B * N * M <= SERIAL_MAX_CELLS
+
+
 def cpu_forward(cost: np.ndarray, gamma: float, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """Soft-DTW forward pass on the CPU.
 
@@ -149,7 +163,8 @@ def cpu_forward(cost: np.ndarray, gamma: float, lo: int, hi: int) -> tuple[np.nd
     assert cost.ndim == 3 and min(cost.shape[1:]) > 0 and gamma > 0
     B, N, M = cost.shape
     R = np.empty((B, N + 1, M + 1), dtype=np.float64)
-    _forward_kernel(cost, float(gamma), int(lo), int(hi), R)
+    kernel = _forward_serial if _serial(B, N, M) else _forward_parallel
+    kernel(cost, float(gamma), int(lo), int(hi), R)
     return R[:, N, M].copy(), R
 
 
@@ -188,7 +203,8 @@ def cpu_backward(R: np.ndarray, gamma: float, lo: int, hi: int, grad_out: np.nda
     assert R.ndim == 3 and grad_out.shape == R.shape[:1] and gamma > 0
     B, N1, M1 = R.shape
     E = np.empty((B, N1 - 1, M1 - 1), dtype=np.float64)
-    _backward_kernel(R, float(gamma), int(lo), int(hi), grad_out, E)
+    kernel = _backward_serial if _serial(B, N1 - 1, M1 - 1) else _backward_parallel
+    kernel(R, float(gamma), int(lo), int(hi), grad_out, E)
     return E
 
 

@@ -142,3 +142,23 @@ def test_small_gamma_stays_a_probability(gamma):
     np.testing.assert_allclose(E[:, 0, 0], 1.0, rtol=0, atol=1e-12)
     np.testing.assert_allclose(E[:, -1, -1], 1.0, rtol=0, atol=0)
     assert E.min() >= 0.0 and E.max() <= 1.0 + 1e-12
+
+
+@pytest.mark.parametrize("B,N,M", [(1, 40, 50), (4, 100, 90)])
+def test_serial_and_parallel_kernels_agree_with_reference(B, N, M):
+    """Both compiled variants (serial below SERIAL_MAX_CELLS or for B = 1, parallel above)."""
+    from sdtw import cpu
+    from sdtw._band import band_offsets
+    from sdtw.reference import reference_backward, reference_forward
+
+    rng = np.random.default_rng()
+    cost = rng.random((B, N, M))
+    go = rng.normal(size=B)
+    lo, hi = band_offsets(N, M, None)
+    values, R = cpu.cpu_forward(cost, 0.1, lo, hi)
+    R_ref = reference_forward(cost, 0.1, None)
+    np.testing.assert_allclose(values, R_ref[:, N, M], rtol=1e-12)
+    E = cpu.cpu_backward(R, 0.1, lo, hi, go)
+    E_ref = reference_backward(cost, R_ref, 0.1, None) * go[:, None, None]
+    assert np.linalg.norm(E - E_ref) <= 1e-10 * np.linalg.norm(E_ref)
+    assert cpu._serial(B, N, M) == (B * N * M <= cpu.SERIAL_MAX_CELLS or B == 1)
