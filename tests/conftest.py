@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -24,6 +25,35 @@ GAMMAS = [1.0, 0.1, 0.01, 0.001]
 RTOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+if SIMULATOR:
+    # The simulator runs a block's threads as Python threads and its block manager busy-polls
+    # them at every barrier; with the default 5 ms GIL switch interval each barrier costs
+    # milliseconds.  A short interval makes the simulator tests ~7x faster (test-only setting).
+    sys.setswitchinterval(1e-4)
+    # ... which exposes a race in the simulator itself: ``cuda.shared.array`` looks up and
+    # creates the block's array without a lock, so two threads can each create their own
+    # "shared" array.  Same lookup (by the caller's file and line), under a lock
+    # (numba-cuda 0.30, simulator/kernelapi.py: FakeCUDAShared.array).
+    import threading
+    import traceback
+
+    from numba.cuda.simulator import kernelapi as _kernelapi
+
+    _shared_lock = threading.Lock()
+    _shared_array = _kernelapi.FakeCUDAShared.array
+
+    def _locked_shared_array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:
+            return _shared_array(self, shape, dtype, alignment)
+        dtype = _kernelapi.numpy_support.as_dtype(dtype) if hasattr(dtype, "key") else dtype
+        caller = traceback.extract_stack(sys._getframe())[-2][0:2]
+        with _shared_lock:
+            res = self._allocations.get(caller)
+            if res is None:
+                res = self._allocations[caller] = np.empty(shape, dtype)
+        return res
+
+    _kernelapi.FakeCUDAShared.array = _locked_shared_array
 requires_sim = pytest.mark.skipif(not SIMULATOR, reason="needs NUMBA_ENABLE_CUDASIM=1")
 requires_gpu = pytest.mark.skipif(
     SIMULATOR or not torch.cuda.is_available(), reason="needs a CUDA GPU (and no simulator)"

@@ -6,25 +6,24 @@ tiny sizes: the simulator is slow); ``cuda`` tests run on a GPU and skip cleanly
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 
 import sdtw
 from tests.conftest import GAMMAS, SIM_SHAPES, randn, rel_err, requires_gpu, requires_sim
 
-# One combination of the other settings per shape keeps the simulator time down while every
-# setting is still covered by several shapes.
-_SETTINGS = itertools.cycle(
-    [
-        (1.0, None, False, torch.float64),
-        (0.1, 2, True, torch.float32),
-        (0.01, None, True, torch.float64),
-        (0.001, 3, False, torch.float32),
-    ]
-)
-SIM_CASES = [(*shape, *next(_SETTINGS)) for shape in SIM_SHAPES]
+# One combination of the other settings per shape keeps the simulator time down (each launch
+# costs seconds there, and normalize=True triples the launches) while every setting is still
+# covered: all gammas, band on/off, normalize on/off, both dtypes.
+_SETTINGS = {
+    (2, 5, 7, 3): (1.0, None, True, torch.float64),
+    (1, 1, 1, 2): (0.1, 2, True, torch.float32),
+    (2, 1, 33, 2): (0.01, None, False, torch.float64),
+    (1, 33, 1, 2): (0.001, 3, False, torch.float32),
+    (1, 33, 40, 3): (0.1, 2, False, torch.float64),
+    (1, 65, 34, 2): (0.01, None, False, torch.float32),
+}
+SIM_CASES = [(*shape, *_SETTINGS[shape]) for shape in SIM_SHAPES]
 TOL = {torch.float64: 1e-9, torch.float32: 1e-5}
 
 
@@ -56,8 +55,8 @@ def test_sim_matches_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dty
 @requires_sim
 @pytest.mark.cudasim
 def test_sim_cost_entry_and_no_grad(rng):
-    cost = torch.as_tensor(rng.random((2, 34, 9))).requires_grad_()
-    go = randn(rng, 2)
+    cost = torch.as_tensor(rng.random((1, 34, 5))).requires_grad_()
+    go = randn(rng, 1)
     ref = sdtw.softdtw_from_cost(cost, gamma=0.1, backend="reference")
     (e_ref,) = torch.autograd.grad(ref, cost, go)
     v = sdtw.softdtw_from_cost(cost, gamma=0.1, backend="cuda")
@@ -69,13 +68,13 @@ def test_sim_cost_entry_and_no_grad(rng):
 
 @requires_sim
 @pytest.mark.cudasim
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_sim_inputs_not_modified(rng, dtype):
-    x = randn(rng, 2, 5, 3, dtype=dtype).requires_grad_()
-    y = randn(rng, 2, 4, 3, dtype=dtype).requires_grad_()
+def test_sim_inputs_not_modified(rng):
+    """float64 is the risky dtype: there ``x.double()`` is ``x`` itself, not a copy."""
+    x = randn(rng, 2, 5, 3).requires_grad_()
+    y = randn(rng, 2, 4, 3).requires_grad_()
     x0, y0 = x.detach().clone(), y.detach().clone()
     for fused in (True, False):
-        sdtw.softdtw(x, y, backend="cuda", fused=fused, normalize=True).sum().backward()
+        sdtw.softdtw(x, y, backend="cuda", fused=fused).sum().backward()
     assert torch.equal(x.detach(), x0) and torch.equal(y.detach(), y0)
 
 
@@ -94,9 +93,9 @@ def test_sim_second_backward_is_refused(rng):
 def test_sim_one_launch_per_pass(rng):
     from sdtw.cuda import _launch
 
-    x = randn(rng, 2, 40, 2).requires_grad_()
+    x = randn(rng, 1, 33, 2).requires_grad_()  # two bands
     before = dict(_launch.launch_counts)
-    sdtw.softdtw(x, randn(rng, 2, 37, 2), backend="cuda").sum().backward()
+    sdtw.softdtw(x, randn(rng, 1, 5, 2), backend="cuda").sum().backward()
     after = _launch.launch_counts
     assert after["forward"] - before.get("forward", 0) == 1
     assert after["backward"] - before.get("backward", 0) == 1
