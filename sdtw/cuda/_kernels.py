@@ -56,6 +56,7 @@ TW = 32  # columns per chunk (published / staged together); TW == TB is assumed 
 DC = 16  # features staged in shared memory per pass of the fused distance
 TB1 = TB + 1  # padded row length (bank-conflict-free column writes)
 TW1 = TW + 1
+G = 8  # boundary values handed between bands per group (TW is a multiple of G)
 INF = math.inf
 
 
@@ -130,7 +131,7 @@ def _softmin3_fast(r_diag, r_up, r_left, gamma, inv_gamma):
     eu = fast_exp(float32((m - r_up) * inv_gamma))
     el = fast_exp(float32((m - r_left) * inv_gamma))
     s = ed + eu + el
-    inv_s = float32(1.0) / s
+    inv_s = fast_rcp(s)
     return m - gamma * float64(fast_log(s)), float64(ed * inv_s), float64(eu * inv_s)
 
 
@@ -172,27 +173,83 @@ from_next_lane = _from_next_lane_smem if SIMULATED else _from_next_lane_shfl
 
 
 @cuda.jit(device=True, inline=True)
-def _take_ticket(flags, tk):
+def _take_ticket(tick, tk):
     if cuda.threadIdx.x == 0:
-        tk[0] = cuda.atomic.add(flags, 0, 1)
+        tk[0] = cuda.atomic.add(tick, 0, 1)
     cuda.syncthreads()
     return tk[0]
 
 
+# Boundary rows between bands travel as float64 *bits* in an int64 buffer pre-filled with
+# ``SENTINEL``, a signalling-NaN pattern that arithmetic never produces (a NaN result is a quiet
+# NaN, and +inf is written as +inf), so each value says by itself whether it has been written:
+# no progress counter, no fence, no barrier between producer and consumer.  The producer stores
+# with an atomic exchange and the consumer reads with an atomic add of 0, so both are L2
+# operations (never a stale L1 line).
+SENTINEL = 0x7FF00000DEAD0001
+
+
 @cuda.jit(device=True, inline=True)
-def _wait(flags, idx, need):
-    """Thread 0 spins until ``flags[idx] >= need``; the block then proceeds together."""
-    if cuda.threadIdx.x == 0:
-        while cuda.atomic.add(flags, idx, 0) < need:
-            pass
-        cuda.threadfence()
+def _bits_gpu(x):
+    return libdevice.double_as_longlong(x)
+
+
+@cuda.jit(device=True, inline=True)
+def _from_bits_gpu(n):
+    return libdevice.longlong_as_double(n)
+
+
+@cuda.jit(device=True, inline=True)
+def _rcp_gpu(x):
+    return libdevice.fast_fdividef(float32(1.0), x)
+
+
+def _bits_sim(x):
+    import numpy as np
+
+    return np.float64(x).view(np.int64)
+
+
+def _from_bits_sim(n):
+    import numpy as np
+
+    return np.int64(n).view(np.float64)
+
+
+def _rcp_sim(x):
+    return float32(1.0) / x
+
+
+as_bits = _bits_sim if SIMULATED else _bits_gpu
+from_bits = _from_bits_sim if SIMULATED else _from_bits_gpu
+fast_rcp = _rcp_sim if SIMULATED else _rcp_gpu
+
+
+@cuda.jit(device=True, inline=True)
+def _handoff_group(hand, b, kh, col0, limit, pref, grp):
+    """Take one group of ``G`` boundary values and prefetch the next group.
+
+    Lanes ``0 .. G - 1`` hold in ``pref`` the bits of columns ``col0 + lane`` (read one group
+    earlier; ``col0`` is this group's first column and ``limit`` decides which columns exist,
+    see the callers).  Wait until all are written (re-reading the missing ones), publish the
+    values in ``grp`` (shared), and return the bits of the next group's columns, read now so
+    that their latency overlaps this group's steps.
+    """
+    tid = cuda.threadIdx.x
+    col = col0 + tid
+    mine = tid < G and col < limit
+    while True:
+        bad = mine and pref == SENTINEL
+        if not cuda.syncthreads_or(int32(1) if bad else int32(0)):
+            break
+        if bad:
+            pref = cuda.atomic.add(hand, (b, kh, col), 0)
+    if tid < G:
+        grp[tid] = from_bits(pref) if mine else 0.0
+    if tid < G and col + G < limit:
+        pref = cuda.atomic.add(hand, (b, kh, col + G), 0)
     cuda.syncthreads()
-
-
-@cuda.jit(device=True, inline=True)
-def _publish(flags, idx, done):
-    cuda.threadfence()
-    cuda.atomic.max(flags, idx, done)
+    return pref
 
 
 def _build_forward(fused: bool, fast: bool):
@@ -208,20 +265,20 @@ def _build_forward(fused: bool, fast: bool):
     blk_t = float32 if (fast and not fused) else float64
 
     @cuda.jit
-    def forward(X, Y, XX, YY, N, M, D, gamma, lo, hi, P, Rb, flags, out, store):
+    def forward(X, Y, XX, YY, N, M, D, gamma, lo, hi, P, Rb, tick, out, store):
         """One block per (band, pair).
 
         unfused: X = cost (B, N, M), Y/XX/YY unused.
         fused:   X (B, N, D), Y (B, M, D), XX (B, N) = |x|^2, YY (B, M) = |y|^2 (float64).
-        P (B, 2, N, M) weights (written iff ``store``), Rb (B, nb, Mp) float64 boundary rows,
-        flags int32 [ticket, progress (B * nb)], out (B,) loss.
+        P (B, 2, N, M) weights (written iff ``store``), Rb (B, nb, Mp) int64 boundary rows
+        (float64 bits, pre-filled with ``SENTINEL``), tick int32 [ticket], out (B,) loss.
         """
         tid = cuda.threadIdx.x
         B = out.shape[0]
-        nb = (N + TB - 1) // TB
         inv_gamma = 1.0 / gamma
+        zero = blk_t(0.0)
         tk = cuda.shared.array(1, int32)
-        t = _take_ticket(flags, tk)
+        t = _take_ticket(tick, tk)
         k = t // B
         b = t - k * B
         i0 = k * TB
@@ -229,7 +286,7 @@ def _build_forward(fused: bool, fast: bool):
         row_ok = i < N
         # blk[buf, 0] holds the cost block, overwritten by p_diag; blk[buf, 1] gets p_up.
         blk = cuda.shared.array((2, 2, TB, TW), blk_t)
-        top = cuda.shared.array((2, TW), float64)
+        grp = cuda.shared.array(G, float64)
         xch = cuda.shared.array((2, TB), float64)
         if fused:
             xsh = cuda.shared.array((DC, TB1), float64)
@@ -239,63 +296,65 @@ def _build_forward(fused: bool, fast: bool):
         r_diag = INF
         if k == 0 and tid == 0:
             r_diag = 0.0  # R[-1, -1] = 0
+        pref = SENTINEL
+        if k > 0 and tid < G and tid < M:
+            pref = cuda.atomic.add(Rb, (b, k - 1, tid), 0)
         nchunks = (M + TB - 1 + TW - 1) // TW
         for c in range(nchunks):
             buf = c % 2
             j0 = c * TW
             jl = j0 + tid  # the column this thread stages
             if j0 < M:
+                # Loads are unconditional (clamped indices, zero selected afterwards) so that
+                # they issue back to back instead of one round trip each.
+                jc = min(jl, M - 1)
                 if fused:
                     acc = cuda.local.array(TB, float64)
                     for r in range(TB):
                         acc[r] = 0.0
+                    dd = tid % DC
+                    rh = tid // DC
                     for d0 in range(0, D, DC):
+                        d = d0 + dd
+                        dc = min(d, D - 1)
                         cuda.syncthreads()
-                        for q in range(tid, TB * DC, TB):
-                            r = q // DC
-                            dd = q - r * DC
-                            d = d0 + dd
-                            xv = 0.0
-                            yv = 0.0
-                            if d < D:
-                                if i0 + r < N:
-                                    xv = X[b, i0 + r, d]
-                                if j0 + r < M:
-                                    yv = Y[b, j0 + r, d]
-                            xsh[dd, r] = xv
-                            ysh[dd, r] = yv
+                        for q in range(DC):  # TB // DC rows per pass over the lanes
+                            r = rh + (TB // DC) * q
+                            xv = float64(X[b, min(i0 + r, N - 1), dc])
+                            yv = float64(Y[b, min(j0 + r, M - 1), dc])
+                            xsh[dd, r] = xv if (d < D and i0 + r < N) else 0.0
+                            ysh[dd, r] = yv if (d < D and j0 + r < M) else 0.0
                         cuda.syncthreads()
-                        for dd in range(DC):
-                            yv = ysh[dd, tid]
+                        for e in range(DC):
+                            yv = ysh[e, tid]
                             for r in range(TB):
-                                acc[r] += xsh[dd, r] * yv
+                                acc[r] += xsh[e, r] * yv
+                    yy = YY[b, jc]
                     for r in range(TB):
-                        v = 0.0
-                        if i0 + r < N and jl < M:
-                            v = XX[b, i0 + r] + YY[b, jl] - 2.0 * acc[r]
-                            if v < 0.0:
-                                v = 0.0
-                        blk[buf, 0, r, tid] = v
+                        v = XX[b, min(i0 + r, N - 1)] + yy - 2.0 * acc[r]
+                        if v < 0.0:
+                            v = 0.0
+                        blk[buf, 0, r, tid] = v if (i0 + r < N and jl < M) else 0.0
                 else:
-                    for r in range(TB):
-                        v = 0.0
-                        if i0 + r < N and jl < M:
-                            v = X[b, i0 + r, jl]
-                        blk[buf, 0, r, tid] = v
-                # Wait for the band above only now: the cost block does not depend on it.
-                if k > 0:
-                    _wait(flags, 1 + b * nb + k - 1, min(j0 + TW, M))
-                    if jl < M:
-                        top[buf, tid] = cuda.atomic.add(Rb, (b, k - 1, jl), 0.0)
-                    else:
-                        top[buf, tid] = INF
-                else:
-                    top[buf, tid] = INF
+                    for r0 in range(0, TB, 4):
+                        v0 = X[b, min(i0 + r0, N - 1), jc]
+                        v1 = X[b, min(i0 + r0 + 1, N - 1), jc]
+                        v2 = X[b, min(i0 + r0 + 2, N - 1), jc]
+                        v3 = X[b, min(i0 + r0 + 3, N - 1), jc]
+                        blk[buf, 0, r0, tid] = v0 if (i0 + r0 < N and jl < M) else zero
+                        blk[buf, 0, r0 + 1, tid] = v1 if (i0 + r0 + 1 < N and jl < M) else zero
+                        blk[buf, 0, r0 + 2, tid] = v2 if (i0 + r0 + 2 < N and jl < M) else zero
+                        blk[buf, 0, r0 + 3, tid] = v3 if (i0 + r0 + 3 < N and jl < M) else zero
             cuda.syncthreads()
             for kk in range(TW):
                 s = j0 + kk
+                if k > 0 and kk % G == 0:
+                    pref = _handoff_group(Rb, b, k - 1, s, M, pref, grp)
                 j = s - tid
-                up = top[buf, kk] if tid == 0 else up_next
+                if tid == 0:
+                    up = grp[kk % G] if k > 0 else INF
+                else:
+                    up = up_next
                 r = INF
                 if row_ok and j >= 0 and j < M:
                     if kk >= tid:
@@ -313,15 +372,13 @@ def _build_forward(fused: bool, fast: bool):
                     blk[cb, 0, tid, col] = pd
                     blk[cb, 1, tid, col] = pu
                     if tid == TB - 1:
-                        Rb[b, k, j] = r
+                        cuda.atomic.exch(Rb, (b, k, j), as_bits(r))
                     if i == N - 1 and j == M - 1:
                         out[b] = r
                 r_left = r
                 r_diag = up
                 up_next = from_prev_lane(r, xch, s & 1)
             cuda.syncthreads()
-            if tid == TB - 1 and k < nb - 1:
-                _publish(flags, 1 + b * nb + k, min(j0 + TW - TB + 1, M))
             # Chunk c - 1 is complete now: write its weights out, coalesced along columns.
             if store and c > 0:
                 jp = j0 - TW + tid
@@ -348,20 +405,22 @@ def _build_backward(fast: bool):
     blk_t = float32 if fast else float64
 
     @cuda.jit
-    def backward(P, N, M, gout, Gb, flags):
+    def backward(P, N, M, gout, Gb, tick):
         """Expected alignment, written in place: ``P[:, 1] <- E * gout``.
 
         Lane ``t`` at step ``s`` handles column ``M - 1 - s + (TB - 1 - t)`` (the bottom row leads).
         Pull form: ``E[i, j] = E[i, j+1] p_left(i, j+1) + E[i+1, j] p_up(i+1, j)
         + E[i+1, j+1] p_diag(i+1, j+1)``.  Lane ``t`` hands lane ``t - 1`` the sum of the last two
         terms it owes it (``v``); the top lane hands the same ``v`` to the band above through
-        ``Gb`` (B, nb, Mp) float64, published chunk by chunk.
+        ``Gb`` (B, nb, Mp) int64 (float64 bits, pre-filled with ``SENTINEL``), indexed by
+        position ``M - 1 - j`` so that both directions read their boundary in ascending order.
         """
         tid = cuda.threadIdx.x
         B = gout.shape[0]
         nb = (N + TB - 1) // TB
+        zero = blk_t(0.0)
         tk = cuda.shared.array(1, int32)
-        t = _take_ticket(flags, tk)
+        t = _take_ticket(tick, tk)
         kr = t // B
         k = nb - 1 - kr
         b = t - kr * B
@@ -369,40 +428,44 @@ def _build_backward(fast: bool):
         i = i0 + tid
         row_ok = i < N
         blk = cuda.shared.array((2, 2, TB, TW), blk_t)
-        below = cuda.shared.array((2, TW), float64)
+        grp = cuda.shared.array(G, float64)
         xch = cuda.shared.array((2, TB), float64)
         inc_next = 0.0
         e_left = 0.0
         d_prev = 0.0
         g = gout[b]
+        below_ok = k < nb - 1
+        pref = SENTINEL
+        if below_ok and tid < G and tid < M:
+            pref = cuda.atomic.add(Gb, (b, k + 1, tid), 0)
         nchunks = (M + TB - 1 + TW - 1) // TW
         for c in range(nchunks):
             buf = c % 2
             s0 = c * TW
             jl = M - 1 - (s0 + tid)  # the column this thread stages (columns run right to left)
             if s0 < M:
-                for r in range(TB):
-                    pd = 0.0
-                    pu = 0.0
-                    if i0 + r < N and jl >= 0:
-                        pd = P[b, 0, i0 + r, jl]
-                        pu = P[b, 1, i0 + r, jl]
-                    blk[buf, 0, r, tid] = pd
-                    blk[buf, 1, r, tid] = pu
-                # Wait for the band below only now: the weights do not depend on it.
-                if k < nb - 1:
-                    _wait(flags, 1 + b * nb + k + 1, min(s0 + TW, M))
-                    if jl >= 0:
-                        below[buf, tid] = cuda.atomic.add(Gb, (b, k + 1, jl), 0.0)
-                    else:
-                        below[buf, tid] = 0.0
-                else:
-                    below[buf, tid] = 0.0
+                jc = max(jl, 0)
+                for r0 in range(0, TB, 2):
+                    d0 = P[b, 0, min(i0 + r0, N - 1), jc]
+                    u0 = P[b, 1, min(i0 + r0, N - 1), jc]
+                    d1 = P[b, 0, min(i0 + r0 + 1, N - 1), jc]
+                    u1 = P[b, 1, min(i0 + r0 + 1, N - 1), jc]
+                    ok0 = i0 + r0 < N and jl >= 0
+                    ok1 = i0 + r0 + 1 < N and jl >= 0
+                    blk[buf, 0, r0, tid] = d0 if ok0 else zero
+                    blk[buf, 1, r0, tid] = u0 if ok0 else zero
+                    blk[buf, 0, r0 + 1, tid] = d1 if ok1 else zero
+                    blk[buf, 1, r0 + 1, tid] = u1 if ok1 else zero
             cuda.syncthreads()
             for kk in range(TW):
                 s = s0 + kk
+                if below_ok and kk % G == 0:
+                    pref = _handoff_group(Gb, b, k + 1, s, M, pref, grp)
                 j = M - 1 - s + (TB - 1 - tid)
-                inc = below[buf, kk] if tid == TB - 1 else inc_next
+                if tid == TB - 1:
+                    inc = grp[kk % G] if below_ok else 0.0
+                else:
+                    inc = inc_next
                 v = 0.0
                 d_cur = 0.0
                 if row_ok and j >= 0 and j < M:
@@ -423,14 +486,12 @@ def _build_backward(fast: bool):
                     d_cur = e * pd
                     e_left = e * (1.0 - pd - pu)
                     if tid == 0:
-                        Gb[b, k, j] = v
+                        cuda.atomic.exch(Gb, (b, k, M - 1 - j), as_bits(v))
                 else:
                     e_left = 0.0
                 d_prev = d_cur
                 inc_next = from_next_lane(v, xch, s & 1)
             cuda.syncthreads()
-            if tid == 0 and k > 0:
-                _publish(flags, 1 + b * nb + k, min(s0 + TW - TB + 1, M))
             if c > 0:
                 jp = M - 1 - (s0 - TW + tid)
                 if jp >= 0:

@@ -171,8 +171,15 @@ def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _flags(B: int, nb: int, device: torch.device) -> torch.Tensor:
-    return torch.zeros(1 + B * nb, dtype=torch.int32, device=device)
+def _ticket(device: torch.device) -> torch.Tensor:
+    return torch.zeros(1, dtype=torch.int32, device=device)
+
+
+def _boundary(B: int, N: int, M: int, device: torch.device) -> torch.Tensor:
+    """Boundary rows between bands: (B, nb, Mp) int64 float64 bits, all ``SENTINEL`` (unwritten)."""
+    nb = -(-N // K.TB)
+    Mp = -(-M // K.TW) * K.TW
+    return torch.full((B, nb, Mp), K.SENTINEL, dtype=torch.int64, device=device)
 
 
 def forward(
@@ -201,7 +208,6 @@ def forward(
     D = a.shape[2] if fused else 0
     dev = a.device
     nb = -(-N // K.TB)
-    Mp = -(-M // K.TW) * K.TW
     sdt = storage_dtype(a.dtype)
     out = torch.empty(B, dtype=torch.float64, device=dev)
     if fused:
@@ -212,8 +218,8 @@ def forward(
         args = (a, y, xx, yy)
     else:
         args = (a, a, out.view(1, B), out.view(1, B))  # unused slots, any arrays of the right rank
-    flags = _flags(B, nb, dev)
-    Rb = torch.empty((B, nb, Mp), dtype=torch.float64, device=dev)
+    tick = _ticket(dev)
+    Rb = _boundary(B, N, M, dev)
     if store:
         P = torch.empty((B, 2, N, M), dtype=sdt, device=dev)
     else:
@@ -232,7 +238,7 @@ def forward(
         int(hi),
         P,
         Rb,
-        flags,
+        tick,
         out,
         bool(store),
     )
@@ -245,12 +251,11 @@ def backward(P: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     B, _, N, M = P.shape
     dev = P.device
     nb = -(-N // K.TB)
-    Mp = -(-M // K.TW) * K.TW
-    flags = _flags(B, nb, dev)
-    Gb = torch.empty((B, nb, Mp), dtype=torch.float64, device=dev)
+    tick = _ticket(dev)
+    Gb = _boundary(B, N, M, dev)
     g = grad_out.detach().to(torch.float64).contiguous()
     _launcher(K.BACKWARD[P.dtype == torch.float32])(
-        B * nb, K.TB, _stream(dev), P, int(N), int(M), g, Gb, flags
+        B * nb, K.TB, _stream(dev), P, int(N), int(M), g, Gb, tick
     )
     launch_counts["backward"] += 1
     return P[:, 1]
