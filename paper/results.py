@@ -7,6 +7,9 @@ absent.
 A CSV cell is kept as the string the harness wrote.  :func:`num` turns it into a number:
 ``""`` (not measured, not applicable) is ``None``; ``"nan"`` / ``"inf"`` (a non-finite
 result, e.g. a NaN gradient) are the float NaN / inf, so the two cases stay apart.
+
+The ``barycenter`` sweep writes several metrics per (implementation, mode, configuration), one
+row each (:mod:`experiments.barycenter`); :func:`measurement` gathers them.
 """
 
 from __future__ import annotations
@@ -18,13 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "BARYCENTER",
+    "BARYCENTER_MODES",
+    "EARLY_STOP",
     "FORWARD_BACKWARD",
+    "ITERATION",
+    "NO_EARLY_STOP",
     "REPO",
     "RESULTS",
+    "Measurement",
     "Point",
     "Results",
     "fmt_sig",
     "impl_order",
+    "measurement",
     "not_ok",
     "num",
     "planned",
@@ -35,6 +45,14 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "experiments" / "results" / "nvidia-h200"
 FORWARD_BACKWARD = "forward+backward"
 SWEEP_FILES = ("paper-grid", "fig1-length", "fig1-dim", "gamma", "long")
+BARYCENTER = "barycenter"
+#: Sweeps whose CSV may be absent: loaded when present, left out of ``Results.sweeps`` otherwise.
+OPTIONAL_FILES = (BARYCENTER,)
+# The barycenter sweep's modes, as the CSV spells them (experiments.barycenter.MODES).
+ITERATION = "barycenter-adam"
+EARLY_STOP = "barycenter-adam-early-stop"
+NO_EARLY_STOP = "barycenter-adam-max-iter"
+BARYCENTER_MODES = (ITERATION, EARLY_STOP, NO_EARLY_STOP)
 
 Row = dict[str, str]
 
@@ -67,7 +85,8 @@ class Point:
 
 
 class Results:
-    """The CSVs of one results folder, one list of rows per sweep (absent files: empty).
+    """The CSVs of one results folder, one list of rows per sweep (absent files: empty; absent
+    optional files, e.g. ``barycenter.csv``: no entry in :attr:`sweeps`).
 
     Parameters
     ----------
@@ -78,12 +97,12 @@ class Results:
     def __init__(self, folder: Path = RESULTS) -> None:
         self.folder = Path(folder)
         self.sweeps: dict[str, list[Row]] = {}
-        for name in SWEEP_FILES:
+        for name in SWEEP_FILES + OPTIONAL_FILES:
             path = self.folder / f"{name}.csv"
             if path.exists():
                 with path.open(newline="") as f:
                     self.sweeps[name] = list(csv.DictReader(f))
-            else:
+            elif name in SWEEP_FILES:
                 self.sweeps[name] = []
 
     def rows(self, sweep: str, mode: str = FORWARD_BACKWARD, **where: object) -> list[Row]:
@@ -132,9 +151,49 @@ def _equal(cell: str, value: object) -> bool:
     raise TypeError(f"cannot compare a CSV cell with {type(value).__name__}")
 
 
+@dataclass(frozen=True)
+class Measurement:
+    """The rows of one (implementation, mode, configuration) of a sweep that writes one row
+    per metric (``barycenter``).
+
+    Attributes
+    ----------
+    status : str
+        ``"ok"`` when every row is ``ok``; else the first other status, or ``"missing"``
+        without a row (a failed measurement writes one row, under the mode's first metric).
+    note : str
+        The note of the row that gave the status (or why it is missing).
+    device : str
+        The ``device`` column ("cuda", "cpu"); empty when missing.
+    values : dict
+        ``metric -> num(median)`` of the rows, when ``ok``; empty otherwise.
+    row : dict or None
+        The first row (peak memory, launches), ``None`` when missing.
+    """
+
+    status: str
+    note: str
+    device: str
+    values: dict[str, float | None]
+    row: Row | None
+
+
+def measurement(results: Results, sweep: str, impl: str, mode: str, **where: object) -> Measurement:
+    """Every metric row of ``impl`` in ``mode`` matching ``where``, as one :class:`Measurement`."""
+    rows = results.rows(sweep, mode, impl=impl, **where)
+    if not rows:
+        return Measurement("missing", "no row in the CSV", "", {}, None)
+    for row in rows:
+        if row["status"] != "ok":
+            return Measurement(row["status"], row["note"], row["device"], {}, rows[0])
+    values = {row["metric"]: num(row["median"]) for row in rows}
+    return Measurement("ok", rows[0]["note"], rows[0]["device"], values, rows[0])
+
+
 def planned(sweep: str) -> list[Point]:
-    """Every forward + backward point that the harness plans for ``sweep`` on a GPU
-    (:mod:`experiments.sweeps`, the one definition of the grids)."""
+    """Every point (implementation, configuration) that the harness plans for ``sweep`` on a
+    GPU (:mod:`experiments.sweeps`, the one definition of the grids); measured forward +
+    backward, or, for ``barycenter``, in each of :data:`BARYCENTER_MODES`."""
     from experiments.sweeps import SWEEPS
 
     spec = SWEEPS[sweep]

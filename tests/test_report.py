@@ -4,6 +4,9 @@ The report check is what makes CI fail when results change without the report: i
 regenerates ``paper/REPRODUCTION.md`` and compares it with the committed file.
 """
 
+# The report is typeset: γ, ×, – in expected strings are meant.
+# ruff: noqa: RUF001
+
 from __future__ import annotations
 
 import csv
@@ -55,20 +58,30 @@ def _copy_results(tmp_path: Path) -> Path:
     return folder
 
 
-def _edit(path: Path, match: dict[str, str], column: str, value: str) -> None:
+def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     with path.open(newline="") as f:
         reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames, list(reader)
+        rows = list(reader)
+    assert reader.fieldnames is not None
+    return list(reader.fieldnames), rows
+
+
+def _write(path: Path, fields: list[str], rows: list[dict[str, str]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _edit(path: Path, match: dict[str, str], column: str, value: str) -> None:
+    fields, rows = _read(path)
     hits = 0
     for row in rows:
         if all(row[k] == v for k, v in match.items()):
             row[column] = value
             hits += 1
     assert hits, f"no row of {path.name} matches {match}"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    _write(path, fields, rows)
 
 
 def test_report_follows_the_results(tmp_path: Path) -> None:
@@ -101,6 +114,116 @@ def test_rq4_is_not_measured_without_barycenter_results() -> None:
     if (RESULTS / "barycenter.csv").exists():
         pytest.skip("barycenter results exist")
     assert make_report.verdict_rq4(results).verdict == "not measured yet"
+
+
+# A barycenter.csv as `python -m experiments.run --sweep barycenter` writes it on the GPU, at its
+# planned points, with invented numbers: (impl, gamma) -> ms per iteration, peak bytes,
+# launches, then (total ms, iterations, objective) with and without early stopping.
+BARYCENTER_NUMBERS = {
+    ("sdtw-fused", 1.0): (3.21, 5_242_880, 2, (187.0, 61, -811.5), (302.0, 100, -811.6)),
+    ("sdtw-unfused", 1.0): (4.56, 9_437_184, 2, (270.0, 61, -811.5), (451.0, 100, -811.6)),
+    ("paper-unfused", 1.0): (51.7, 55_574_528, 1022, (3_150.0, 61, -811.4), (5_170.0, 100, -811.5)),
+    ("paper-fused", 1.0): (98.3, 35_651_584, 1022, (6_020.0, 62, -811.4), (9_830.0, 100, -811.5)),
+    ("sdtw-fused", 0.1): (3.33, 5_242_880, 2, (290.0, 88, 412.25), (331.0, 100, 412.2)),
+    ("sdtw-unfused", 0.1): (4.71, 9_437_184, 2, (410.0, 88, 412.25), (470.0, 100, 412.2)),
+    ("paper-unfused", 0.1): (52.9, 55_574_528, 1022, (4_660.0, 89, 413.0), (5_290.0, 100, 412.9)),
+    ("paper-fused", 0.1): (99.1, 35_651_584, 1022, (8_810.0, 89, 413.0), (9_910.0, 100, 412.9)),
+}
+
+
+def _write_barycenter_csv(folder: Path) -> None:
+    """``folder/barycenter.csv`` from :data:`BARYCENTER_NUMBERS`, provenance of paper-grid."""
+    fields, grid_rows = _read(folder / "paper-grid.csv")
+    template, rows = grid_rows[0], []
+    for (impl, gamma), (ms, peak, launches, early, full) in BARYCENTER_NUMBERS.items():
+        common = dict.fromkeys(fields, "")
+        common.update({k: template[k] for k in fields[fields.index("gpu") :]})
+        common.update(sweep="barycenter", impl=impl, B="1000", N="256", M="256", D="3")
+        common.update(gamma=f"{gamma:g}", dtype="float32", device="cuda", status="ok")
+        rows.append(
+            {**common, "mode": "barycenter-adam", "metric": "ms_per_iter", "median": str(ms),
+             "repeats": "10", "peak_mem_bytes": str(peak), "launches": str(launches)}
+        )  # fmt: skip
+        for mode, solve in (
+            ("barycenter-adam-early-stop", early),
+            ("barycenter-adam-max-iter", full),
+        ):
+            for metric, value in zip(("total_ms", "iterations", "objective"), solve, strict=True):
+                rows.append({**common, "mode": mode, "metric": metric, "median": str(value),
+                             "repeats": "1", "note": "one solve of max_iter = 100"})  # fmt: skip
+    _write(folder / "barycenter.csv", fields, rows)
+
+
+def _rq4_section(report: str) -> str:
+    return report.split("## RQ4", 1)[1].split("\n## ", 1)[0]
+
+
+def test_rq4_summarises_barycenter_csv(tmp_path: Path) -> None:
+    """With barycenter.csv the RQ4 verdict is computed, and the section shows its numbers;
+    a measurement that failed is reported by its status, never as a number."""
+    folder = _copy_results(tmp_path)
+    _write_barycenter_csv(folder)
+    report = make_report.render(Results(folder))
+    rq4 = _rq4_section(report)
+    verdict = make_report.verdict_rq4(Results(folder))
+    assert verdict.verdict == "reproduced", verdict.reason
+    assert "**Verdict: reproduced.**" in rq4 and "not measured yet" not in rq4
+    assert "| RQ4 |" in report and "**reproduced** | paper design 51.7–99.1 ms/iteration" in report
+    # ms per iteration, MiB, launches; total ms, iterations, objective with / without stopping
+    assert (
+        "| 1000 | 256 | 3 | 0.1 | `paper-fused` | 99.1 | 34.0 | 1022 | 8,810 | 89 | 413.0 |" in rq4
+    )
+    assert "| 9,910 | 100 | 412.9 |" in rq4
+    assert "| 1 | `sdtw-fused` | 3.21 | 5.00 | 2 | 187 | 61 | -811.5 | 302 | 100 | -811.6 |" in rq4
+    assert "max_iter = 100." in rq4  # the CSV's, which is the paper's default
+    # the paper design's objective is sdtw's to 1.7e-3 at worst (412.9 vs 412.2)
+    assert "1.7e-03" in verdict.reason and "11–31×" in verdict.reason
+
+    # A barycenter off by more than OBJECTIVE_BAR is not the paper's practical barycenter.
+    match = {"impl": "paper-fused", "gamma": "0.1", "metric": "objective"}
+    _edit(
+        folder / "barycenter.csv", {**match, "mode": "barycenter-adam-max-iter"}, "median", "433.0"
+    )
+    verdict = make_report.verdict_rq4(Results(folder))
+    assert (
+        verdict.verdict == "not reproduced"
+        and "5.0e-02 for `paper-fused` at γ = 0.1" in verdict.reason
+    )
+
+    # An out-of-memory solve: one row, under the mode's first metric, with its status.
+    path = folder / "barycenter.csv"
+    fields, rows = _read(path)
+    failed = {"impl": "paper-unfused", "gamma": "1", "mode": "barycenter-adam-max-iter"}
+    rows = [r for r in rows if not all(r[k] == v for k, v in failed.items())]
+    oom = next(r for r in rows if r["impl"] == "paper-unfused" and r["gamma"] == "1")
+    rows.append({**oom, **failed, "metric": "total_ms", "median": "", "status": "oom",
+                 "note": "OutOfMemoryError: CUDA out of memory"})  # fmt: skip
+    _write(path, fields, rows)
+    report = make_report.render(Results(folder))
+    rq4 = _rq4_section(report)
+    assert "**Verdict: not reproduced.**" in rq4
+    assert (
+        "| 1 | `paper-unfused` | 51.7 | 53.0 | 1022 | 3,150 | 61 | -811.4 | oom | oom | oom |"
+        in rq4
+    )
+    assert "5,170" not in report  # the failed solve's number is nowhere
+    assert "**oom** — OutOfMemoryError: CUDA out of memory" in rq4
+    assert "`barycenter.csv`, **oom**" in report  # and under "Points without a measurement"
+
+
+def test_barycenter_modes_and_recipe_match_their_sources() -> None:
+    from experiments import barycenter
+    from paper import results
+
+    assert results.BARYCENTER_MODES == barycenter.MODES
+    recipe = make_report.CITED["claims"]["RQ4_recipe"]
+    assert (recipe["lr"], recipe["max_iter"]) == (barycenter.LR, barycenter.MAX_ITER)
+    if SHARED.exists():
+        text = " ".join((SHARED / "PAPER.md").read_text(encoding="utf-8").split())
+        assert f"Adam, lr {recipe['lr']:g}, cosine annealing to lr/10" in text
+        assert recipe["lr_final"] == pytest.approx(recipe["lr"] / 10)
+        assert f"patience {recipe['patience']} and tol {make_report._g(recipe['tol'])}," in text
+        assert f"max_iter={recipe['max_iter']}," in text
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="../shared/reference is not beside the repo")
