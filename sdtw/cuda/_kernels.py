@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 import os
 
-from numba import cuda, float32, float64, int32
+from numba import cuda, float32, float64, int32, uint32
 from numba.cuda import libdevice
 
 #: Numba's CPU simulator lacks warp shuffles and libdevice: two small device functions below
@@ -56,7 +56,10 @@ TW = 32  # columns per chunk (published / staged together); TW == TB is assumed 
 DC = 16  # features staged in shared memory per pass of the fused distance
 TB1 = TB + 1  # padded row length (bank-conflict-free column writes)
 TW1 = TW + 1
+RING = 2 * TW  # ring of staged columns (two chunks)
+RMASK = uint32(RING - 1)
 G = 8  # boundary values handed between bands per group (TW is a multiple of G)
+GMASK = uint32(G - 1)
 INF = math.inf
 
 
@@ -75,18 +78,23 @@ def _min3(a, b, c):
 def _softmin3(r_diag, r_up, r_left, gamma, inv_gamma):
     """Soft-min of three float64 values and the weights of the first two (float64 math).
 
-    NaN anywhere propagates to the value (it enters the sum of exponentials).
+    NaN anywhere propagates to the value (it enters the sum of exponentials).  Branch-free:
+    both outcomes are computed and selected, so the warp never diverges here.
     """
     m = _min3(r_diag, r_up, r_left)
-    if m == INF:
-        # all +inf (unreachable), or NaN hidden behind +inf minima: keep the NaN
-        return r_diag + r_up + r_left, 0.0, 0.0
-    ed = math.exp((m - r_diag) * inv_gamma)
-    eu = math.exp((m - r_up) * inv_gamma)
-    el = math.exp((m - r_left) * inv_gamma)
+    fin = m != INF
+    # all +inf (unreachable), or NaN hidden behind +inf minima: the sum keeps the NaN
+    mm = m if fin else 0.0
+    ed = math.exp((mm - r_diag) * inv_gamma)
+    eu = math.exp((mm - r_up) * inv_gamma)
+    el = math.exp((mm - r_left) * inv_gamma)
     s = ed + eu + el
+    s = s if fin else 1.0  # (all +inf: s = 0; the result is selected away below)
     inv_s = 1.0 / s
-    return m - gamma * math.log(s), ed * inv_s, eu * inv_s
+    val = m - gamma * math.log(s)
+    if fin:
+        return val, ed * inv_s, eu * inv_s
+    return r_diag + r_up + r_left, 0.0, 0.0
 
 
 @cuda.jit(device=True, inline=True)
@@ -120,19 +128,24 @@ def _softmin3_fast(r_diag, r_up, r_left, gamma, inv_gamma):
     The arguments of exp are ``(m - r_k) / gamma <= 0`` formed in float64, so rounding them to
     float32 and using ``ex2.approx`` costs a relative ~2e-7 of each weight, not an absolute
     error that grows with ``R``; ``log(s)`` with ``s`` in [1, 3] is good to ~2e-7 absolute.
-    R itself stays float64.  These are the two multi-function-unit instructions on the
-    step's critical path (the accurate libm versions are ~10 dependent instructions each).
+    R itself stays float64.  These are the multi-function-unit instructions on the step's
+    critical path (the accurate libm versions are ~10 dependent instructions each).
     """
     m = _min3(r_diag, r_up, r_left)
-    if m == INF:
-        # all +inf (unreachable), or NaN hidden behind +inf minima: keep the NaN
-        return r_diag + r_up + r_left, 0.0, 0.0
-    ed = fast_exp(float32((m - r_diag) * inv_gamma))
-    eu = fast_exp(float32((m - r_up) * inv_gamma))
-    el = fast_exp(float32((m - r_left) * inv_gamma))
+    fin = m != INF
+    mm = m if fin else 0.0
+    ed = fast_exp(float32((mm - r_diag) * inv_gamma))
+    eu = fast_exp(float32((mm - r_up) * inv_gamma))
+    el = fast_exp(float32((mm - r_left) * inv_gamma))
     s = ed + eu + el
+    s = s if fin else float32(1.0)
     inv_s = fast_rcp(s)
-    return m - gamma * float64(fast_log(s)), float64(ed * inv_s), float64(eu * inv_s)
+    val = m - gamma * float64(fast_log(s))
+    pd = float64(ed * inv_s)
+    pu = float64(eu * inv_s)
+    if fin:
+        return val, pd, pu
+    return r_diag + r_up + r_left, 0.0, 0.0
 
 
 # Neighbour exchange between the lanes of a band.  On a GPU the band is one warp and a shuffle
@@ -226,6 +239,28 @@ fast_rcp = _rcp_sim if SIMULATED else _rcp_gpu
 
 
 @cuda.jit(device=True, inline=True)
+def _ring_gpu(j):
+    return uint32(j) & RMASK  # unsigned: no negative-index wraparound code in the indexing
+
+
+@cuda.jit(device=True, inline=True)
+def _in_group_gpu(kk):
+    return uint32(kk) & GMASK
+
+
+def _ring_sim(j):
+    return j & (RING - 1)
+
+
+def _in_group_sim(kk):
+    return kk & (G - 1)
+
+
+ring = _ring_sim if SIMULATED else _ring_gpu
+in_group = _in_group_sim if SIMULATED else _in_group_gpu
+
+
+@cuda.jit(device=True, inline=True)
 def _handoff_group(hand, b, kh, col0, limit, pref, grp):
     """Take one group of ``G`` boundary values and prefetch the next group.
 
@@ -275,6 +310,7 @@ def _build_forward(fused: bool, fast: bool):
         """
         tid = cuda.threadIdx.x
         B = out.shape[0]
+        nb = (N + TB - 1) // TB
         inv_gamma = 1.0 / gamma
         zero = blk_t(0.0)
         tk = cuda.shared.array(1, int32)
@@ -284,16 +320,21 @@ def _build_forward(fused: bool, fast: bool):
         i0 = k * TB
         i = i0 + tid
         row_ok = i < N
-        # blk[buf, 0] holds the cost block, overwritten by p_diag; blk[buf, 1] gets p_up.
-        blk = cuda.shared.array((2, 2, TB, TW), blk_t)
+        publish = tid == TB - 1 and k < nb - 1
+        # blk[0] holds the cost, overwritten by p_diag; blk[1] gets p_up.  Columns live at
+        # ``j % RING``: a ring of two chunks (the band's skew spans two).
+        blk = cuda.shared.array((2, TB, RING), blk_t)
         grp = cuda.shared.array(G, float64)
         xch = cuda.shared.array((2, TB), float64)
         if fused:
             xsh = cuda.shared.array((DC, TB1), float64)
             ysh = cuda.shared.array((DC, TW1), float64)
+        if tid < G:
+            grp[tid] = INF  # the top band's row above (k > 0 overwrites it group by group)
         up_next = INF
         r_left = INF
         r_diag = INF
+        r_last = INF
         if k == 0 and tid == 0:
             r_diag = 0.0  # R[-1, -1] = 0
         pref = SENTINEL
@@ -301,9 +342,9 @@ def _build_forward(fused: bool, fast: bool):
             pref = cuda.atomic.add(Rb, (b, k - 1, tid), 0)
         nchunks = (M + TB - 1 + TW - 1) // TW
         for c in range(nchunks):
-            buf = c % 2
             j0 = c * TW
             jl = j0 + tid  # the column this thread stages
+            ql = ring(jl)
             if j0 < M:
                 # Loads are unconditional (clamped indices, zero selected afterwards) so that
                 # they issue back to back instead of one round trip each.
@@ -334,47 +375,39 @@ def _build_forward(fused: bool, fast: bool):
                         v = XX[b, min(i0 + r, N - 1)] + yy - 2.0 * acc[r]
                         if v < 0.0:
                             v = 0.0
-                        blk[buf, 0, r, tid] = v if (i0 + r < N and jl < M) else 0.0
+                        blk[0, r, ql] = v if (i0 + r < N and jl < M) else 0.0
                 else:
                     for r0 in range(0, TB, 4):
                         v0 = X[b, min(i0 + r0, N - 1), jc]
                         v1 = X[b, min(i0 + r0 + 1, N - 1), jc]
                         v2 = X[b, min(i0 + r0 + 2, N - 1), jc]
                         v3 = X[b, min(i0 + r0 + 3, N - 1), jc]
-                        blk[buf, 0, r0, tid] = v0 if (i0 + r0 < N and jl < M) else zero
-                        blk[buf, 0, r0 + 1, tid] = v1 if (i0 + r0 + 1 < N and jl < M) else zero
-                        blk[buf, 0, r0 + 2, tid] = v2 if (i0 + r0 + 2 < N and jl < M) else zero
-                        blk[buf, 0, r0 + 3, tid] = v3 if (i0 + r0 + 3 < N and jl < M) else zero
+                        blk[0, r0, ql] = v0 if (i0 + r0 < N and jl < M) else zero
+                        blk[0, r0 + 1, ql] = v1 if (i0 + r0 + 1 < N and jl < M) else zero
+                        blk[0, r0 + 2, ql] = v2 if (i0 + r0 + 2 < N and jl < M) else zero
+                        blk[0, r0 + 3, ql] = v3 if (i0 + r0 + 3 < N and jl < M) else zero
             cuda.syncthreads()
             for kk in range(TW):
                 s = j0 + kk
                 if k > 0 and kk % G == 0:
                     pref = _handoff_group(Rb, b, k - 1, s, M, pref, grp)
                 j = s - tid
-                if tid == 0:
-                    up = grp[kk % G] if k > 0 else INF
-                else:
-                    up = up_next
-                r = INF
-                if row_ok and j >= 0 and j < M:
-                    if kk >= tid:
-                        cb = buf
-                        col = kk - tid
-                    else:
-                        cb = 1 - buf
-                        col = kk - tid + TW
-                    pd = 0.0
-                    pu = 0.0
-                    dj = j - i
-                    if dj >= -lo and dj <= hi:
-                        m, pd, pu = softmin3(r_diag, up, r_left, gamma, inv_gamma)
-                        r = blk[cb, 0, tid, col] + m
-                    blk[cb, 0, tid, col] = pd
-                    blk[cb, 1, tid, col] = pu
-                    if tid == TB - 1:
-                        cuda.atomic.exch(Rb, (b, k, j), as_bits(r))
-                    if i == N - 1 and j == M - 1:
-                        out[b] = r
+                # Branch-free step: every lane computes, invalid cells select +inf / zero.
+                # Cells outside [0, M) write their ring slot harmlessly: j < 0 only in chunk 0
+                # (slots of the unused second half), j >= M only in chunks never written out.
+                q = ring(j)
+                top = grp[in_group(kk)]
+                up = top if tid == 0 else up_next
+                m, pd, pu = softmin3(r_diag, up, r_left, gamma, inv_gamma)
+                dj = j - i
+                ok = row_ok & (j >= 0) & (j < M) & (dj >= -lo) & (dj <= hi)  # no short circuit
+                cost = blk[0, tid, q]  # loaded unconditionally (no branch around it)
+                r = cost + m if ok else INF
+                blk[0, tid, q] = blk_t(pd) if ok else zero
+                blk[1, tid, q] = blk_t(pu) if ok else zero
+                if publish and j >= 0 and j < M:
+                    cuda.atomic.exch(Rb, (b, k, j), as_bits(r))
+                r_last = r if j == M - 1 else r_last
                 r_left = r
                 r_diag = up
                 up_next = from_prev_lane(r, xch, s & 1)
@@ -382,20 +415,23 @@ def _build_forward(fused: bool, fast: bool):
             # Chunk c - 1 is complete now: write its weights out, coalesced along columns.
             if store and c > 0:
                 jp = j0 - TW + tid
+                qp = ring(jp)
                 if jp < M:
                     for r in range(TB):
                         if i0 + r < N:
-                            P[b, 0, i0 + r, jp] = blk[1 - buf, 0, r, tid]
-                            P[b, 1, i0 + r, jp] = blk[1 - buf, 1, r, tid]
+                            P[b, 0, i0 + r, jp] = blk[0, r, qp]
+                            P[b, 1, i0 + r, jp] = blk[1, r, qp]
             cuda.syncthreads()
+        if i == N - 1:
+            out[b] = r_last
         if store:
-            c = nchunks - 1
-            jp = c * TW + tid
+            jp = (nchunks - 1) * TW + tid
+            qp = ring(jp)
             if jp < M:
                 for r in range(TB):
                     if i0 + r < N:
-                        P[b, 0, i0 + r, jp] = blk[c % 2, 0, r, tid]
-                        P[b, 1, i0 + r, jp] = blk[c % 2, 1, r, tid]
+                        P[b, 0, i0 + r, jp] = blk[0, r, qp]
+                        P[b, 1, i0 + r, jp] = blk[1, r, qp]
 
     return forward
 
@@ -408,12 +444,12 @@ def _build_backward(fast: bool):
     def backward(P, N, M, gout, Gb, tick):
         """Expected alignment, written in place: ``P[:, 1] <- E * gout``.
 
-        Lane ``t`` at step ``s`` handles column ``M - 1 - s + (TB - 1 - t)`` (the bottom row leads).
-        Pull form: ``E[i, j] = E[i, j+1] p_left(i, j+1) + E[i+1, j] p_up(i+1, j)
+        Columns run right to left: *position* ``p = M - 1 - j``.  Lane ``t`` at step ``s``
+        handles position ``s - (TB - 1 - t)`` (the bottom row leads).  Pull form:
+        ``E[i, j] = E[i, j+1] p_left(i, j+1) + E[i+1, j] p_up(i+1, j)
         + E[i+1, j+1] p_diag(i+1, j+1)``.  Lane ``t`` hands lane ``t - 1`` the sum of the last two
         terms it owes it (``v``); the top lane hands the same ``v`` to the band above through
-        ``Gb`` (B, nb, Mp) int64 (float64 bits, pre-filled with ``SENTINEL``), indexed by
-        position ``M - 1 - j`` so that both directions read their boundary in ascending order.
+        ``Gb`` (B, nb, Mp) int64 (float64 bits by position, pre-filled with ``SENTINEL``).
         """
         tid = cuda.threadIdx.x
         B = gout.shape[0]
@@ -427,9 +463,13 @@ def _build_backward(fast: bool):
         i0 = k * TB
         i = i0 + tid
         row_ok = i < N
-        blk = cuda.shared.array((2, 2, TB, TW), blk_t)
+        publish = tid == 0 and k > 0
+        last_row = i == N - 1
+        blk = cuda.shared.array((2, TB, RING), blk_t)
         grp = cuda.shared.array(G, float64)
         xch = cuda.shared.array((2, TB), float64)
+        if tid < G:
+            grp[tid] = 0.0  # the bottom band's row below (others overwrite it group by group)
         inc_next = 0.0
         e_left = 0.0
         d_prev = 0.0
@@ -440,9 +480,10 @@ def _build_backward(fast: bool):
             pref = cuda.atomic.add(Gb, (b, k + 1, tid), 0)
         nchunks = (M + TB - 1 + TW - 1) // TW
         for c in range(nchunks):
-            buf = c % 2
             s0 = c * TW
-            jl = M - 1 - (s0 + tid)  # the column this thread stages (columns run right to left)
+            pl = s0 + tid  # the position this thread stages
+            jl = M - 1 - pl
+            ql = ring(pl)
             if s0 < M:
                 jc = max(jl, 0)
                 for r0 in range(0, TB, 2):
@@ -452,59 +493,49 @@ def _build_backward(fast: bool):
                     u1 = P[b, 1, min(i0 + r0 + 1, N - 1), jc]
                     ok0 = i0 + r0 < N and jl >= 0
                     ok1 = i0 + r0 + 1 < N and jl >= 0
-                    blk[buf, 0, r0, tid] = d0 if ok0 else zero
-                    blk[buf, 1, r0, tid] = u0 if ok0 else zero
-                    blk[buf, 0, r0 + 1, tid] = d1 if ok1 else zero
-                    blk[buf, 1, r0 + 1, tid] = u1 if ok1 else zero
+                    blk[0, r0, ql] = d0 if ok0 else zero
+                    blk[1, r0, ql] = u0 if ok0 else zero
+                    blk[0, r0 + 1, ql] = d1 if ok1 else zero
+                    blk[1, r0 + 1, ql] = u1 if ok1 else zero
             cuda.syncthreads()
             for kk in range(TW):
                 s = s0 + kk
                 if below_ok and kk % G == 0:
                     pref = _handoff_group(Gb, b, k + 1, s, M, pref, grp)
-                j = M - 1 - s + (TB - 1 - tid)
-                if tid == TB - 1:
-                    inc = grp[kk % G] if below_ok else 0.0
-                else:
-                    inc = inc_next
-                v = 0.0
-                d_cur = 0.0
-                if row_ok and j >= 0 and j < M:
-                    lofs = kk - (TB - 1 - tid)
-                    if lofs >= 0:
-                        cb = buf
-                        col = lofs
-                    else:
-                        cb = 1 - buf
-                        col = lofs + TW
-                    e = e_left + inc
-                    if i == N - 1 and j == M - 1:
-                        e += g
-                    pd = blk[cb, 0, tid, col]
-                    pu = blk[cb, 1, tid, col]
-                    blk[cb, 1, tid, col] = e
-                    v = e * pu + d_prev
-                    d_cur = e * pd
-                    e_left = e * (1.0 - pd - pu)
-                    if tid == 0:
-                        cuda.atomic.exch(Gb, (b, k, M - 1 - j), as_bits(v))
-                else:
-                    e_left = 0.0
-                d_prev = d_cur
+                p = s - (TB - 1 - tid)
+                q = ring(p)
+                below = grp[in_group(kk)]
+                inc = below if tid == TB - 1 else inc_next
+                ok = row_ok & (p >= 0) & (p < M)
+                pd = float64(blk[0, tid, q])
+                pu = float64(blk[1, tid, q])
+                e = e_left + inc
+                e = e + g if (last_row & (p == 0)) else e
+                e = e if ok else 0.0
+                blk[1, tid, q] = blk_t(e)
+                v = e * pu + d_prev if ok else 0.0
+                d_prev = e * pd if ok else 0.0
+                e_left = e * (1.0 - pd - pu) if ok else 0.0
+                if publish and ok:
+                    cuda.atomic.exch(Gb, (b, k, p), as_bits(v))
                 inc_next = from_next_lane(v, xch, s & 1)
             cuda.syncthreads()
             if c > 0:
-                jp = M - 1 - (s0 - TW + tid)
+                pp = s0 - TW + tid
+                jp = M - 1 - pp
+                qp = ring(pp)
                 if jp >= 0:
                     for r in range(TB):
                         if i0 + r < N:
-                            P[b, 1, i0 + r, jp] = blk[1 - buf, 1, r, tid]
+                            P[b, 1, i0 + r, jp] = blk[1, r, qp]
             cuda.syncthreads()
-        c = nchunks - 1
-        jp = M - 1 - (c * TW + tid)
+        pp = (nchunks - 1) * TW + tid
+        jp = M - 1 - pp
+        qp = ring(pp)
         if jp >= 0:
             for r in range(TB):
                 if i0 + r < N:
-                    P[b, 1, i0 + r, jp] = blk[c % 2, 1, r, tid]
+                    P[b, 1, i0 + r, jp] = blk[1, r, qp]
 
     return backward
 
