@@ -196,9 +196,10 @@ def _take_ticket(tick, tk):
 # Boundary rows between bands travel as float64 *bits* in an int64 buffer pre-filled with
 # ``SENTINEL``, a signalling-NaN pattern that arithmetic never produces (a NaN result is a quiet
 # NaN, and +inf is written as +inf), so each value says by itself whether it has been written:
-# no progress counter, no fence, no barrier between producer and consumer.  The producer stores
-# with an atomic exchange and the consumer reads with an atomic add of 0, so both are L2
-# operations (never a stale L1 line).
+# no progress counter, no fence, no barrier between producer and consumer.  The producer uses a
+# plain store (global stores write through to L2; an atomic exchange per step measured ~2x
+# slower, its return value serialising the producer) and the consumer reads with an atomic add
+# of 0, an L2 operation that never sees a stale L1 line.
 SENTINEL = 0x7FF00000DEAD0001
 
 
@@ -406,7 +407,7 @@ def _build_forward(fused: bool, fast: bool):
                 blk[0, tid, q] = blk_t(pd) if ok else zero
                 blk[1, tid, q] = blk_t(pu) if ok else zero
                 if publish and j >= 0 and j < M:
-                    cuda.atomic.exch(Rb, (b, k, j), as_bits(r))
+                    Rb[b, k, j] = as_bits(r)
                 r_last = r if j == M - 1 else r_last
                 r_left = r
                 r_diag = up
@@ -517,7 +518,7 @@ def _build_backward(fast: bool):
                 d_prev = e * pd if ok else 0.0
                 e_left = e * (1.0 - pd - pu) if ok else 0.0
                 if publish and ok:
-                    cuda.atomic.exch(Gb, (b, k, p), as_bits(v))
+                    Gb[b, k, p] = as_bits(v)
                 inc_next = from_next_lane(v, xch, s & 1)
             cuda.syncthreads()
             if c > 0:
