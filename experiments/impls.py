@@ -167,9 +167,9 @@ def _io(B: int, N: int, M: int, D: int, s: int) -> int:
 
 
 def _boundary_rows(N: int, M: int) -> int:
-    # sdtw's float64 boundary rows Rb / Gb per pair: ceil(N / TB) bands of ceil(M / TW) * TW
-    # values (TB = TW = 32 in sdtw.cuda._kernels; not imported here, to keep numba out).
-    return 8 * math.ceil(N / 32) * math.ceil(M / 32) * 32
+    # sdtw's 8-byte boundary rows Rb / Gb per pair: ceil(N / TB) bands of M + 1 values (one
+    # scratch slot; TB = 32 in sdtw.cuda._kernels; not imported here, to keep numba out).
+    return 8 * math.ceil(N / 32) * (M + 1)
 
 
 def _sdtw_fused(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> int:

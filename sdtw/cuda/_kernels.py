@@ -306,7 +306,7 @@ def _build_forward(fused: bool, fast: bool):
 
         unfused: X = cost (B, N, M), Y/XX/YY unused.
         fused:   X (B, N, D), Y (B, M, D), XX (B, N) = |x|^2, YY (B, M) = |y|^2 (float64).
-        P (B, 2, N, M) weights (written iff ``store``), Rb (B, nb, Mp) int64 boundary rows
+        P (B, 2, N, M) weights (written iff ``store``), Rb (B, nb, M + 1) int64 boundary rows
         (float64 bits, pre-filled with ``SENTINEL``), tick int32 [ticket], out (B,) loss.
         """
         tid = cuda.threadIdx.x
@@ -406,8 +406,9 @@ def _build_forward(fused: bool, fast: bool):
                 r = cost + m if ok else INF
                 blk[0, tid, q] = blk_t(pd) if ok else zero
                 blk[1, tid, q] = blk_t(pu) if ok else zero
-                if publish and j >= 0 and j < M:
-                    Rb[b, k, j] = as_bits(r)
+                # Lane TB - 1 publishes its cell; the other lanes (and columns outside the row)
+                # store into the scratch slot M: one store instruction, no branch.
+                Rb[b, k, j if (publish & (j >= 0) & (j < M)) else M] = as_bits(r)
                 r_last = r if j == M - 1 else r_last
                 r_left = r
                 r_diag = up
@@ -450,7 +451,7 @@ def _build_backward(fast: bool):
         ``E[i, j] = E[i, j+1] p_left(i, j+1) + E[i+1, j] p_up(i+1, j)
         + E[i+1, j+1] p_diag(i+1, j+1)``.  Lane ``t`` hands lane ``t - 1`` the sum of the last two
         terms it owes it (``v``); the top lane hands the same ``v`` to the band above through
-        ``Gb`` (B, nb, Mp) int64 (float64 bits by position, pre-filled with ``SENTINEL``).
+        ``Gb`` (B, nb, M + 1) int64 (float64 bits by position, pre-filled with ``SENTINEL``).
         """
         tid = cuda.threadIdx.x
         B = gout.shape[0]
@@ -517,8 +518,7 @@ def _build_backward(fast: bool):
                 v = e * pu + d_prev if ok else 0.0
                 d_prev = e * pd if ok else 0.0
                 e_left = e * (1.0 - pd - pu) if ok else 0.0
-                if publish and ok:
-                    Gb[b, k, p] = as_bits(v)
+                Gb[b, k, p if (publish & ok) else M] = as_bits(v)  # scratch slot M: no branch
                 inc_next = from_next_lane(v, xch, s & 1)
             cuda.syncthreads()
             if c > 0:

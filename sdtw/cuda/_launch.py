@@ -176,10 +176,13 @@ def _ticket(device: torch.device) -> torch.Tensor:
 
 
 def _boundary(B: int, N: int, M: int, device: torch.device) -> torch.Tensor:
-    """Boundary rows between bands: (B, nb, Mp) int64 float64 bits, all ``SENTINEL`` (unwritten)."""
+    """Boundary rows between bands: (B, nb, M + 1) int64 float64 bits, all ``SENTINEL``.
+
+    Column ``M`` is a scratch slot that the lanes which do not publish write into, so that the
+    publishing store needs no branch.
+    """
     nb = -(-N // K.TB)
-    Mp = -(-M // K.TW) * K.TW
-    return torch.full((B, nb, Mp), K.SENTINEL, dtype=torch.int64, device=device)
+    return torch.full((B, nb, M + 1), K.SENTINEL, dtype=torch.int64, device=device)
 
 
 def forward(
