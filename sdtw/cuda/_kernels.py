@@ -262,15 +262,40 @@ in_group = _in_group_sim if SIMULATED else _in_group_gpu
 
 
 @cuda.jit(device=True, inline=True)
-def _handoff_group(hand, b, kh, col0, limit, pref, grp):
-    """Take one group of ``G`` boundary values and prefetch the next group.
+def _handoff_gpu(hand, b, kh, col0, limit, pref, val, grp):
+    """Take one group of ``G`` boundary values and prefetch the next group (one warp).
 
     Lanes ``0 .. G - 1`` hold in ``pref`` the bits of columns ``col0 + lane`` (read one group
     earlier; ``col0`` is this group's first column and ``limit`` decides which columns exist,
-    see the callers).  Wait until all are written (re-reading the missing ones), publish the
-    values in ``grp`` (shared), and return the bits of the next group's columns, read now so
-    that their latency overlaps this group's steps.
+    see the callers).  Wait until all are written (re-reading the missing ones) and return
+    (this lane's value, the bits of its column in the next group), the latter read now so that
+    the read's latency overlaps this group's steps.  Warp vote and shuffles only: a block
+    barrier would wait for the outstanding prefetch (measured: one round trip per group).
     """
+    tid = cuda.threadIdx.x
+    col = col0 + tid
+    mine = (tid < G) & (col < limit)
+    while True:
+        bad = mine & (pref == SENTINEL)
+        if not cuda.any_sync(FULL_MASK, bad):
+            break
+        if bad:
+            pref = cuda.atomic.add(hand, (b, kh, col), 0)
+    val = from_bits(pref) if mine else 0.0
+    if (tid < G) & (col + G < limit):
+        pref = cuda.atomic.add(hand, (b, kh, col + G), 0)
+    return val, pref
+
+
+@cuda.jit(device=True, inline=True)
+def _group_value_gpu(val, q, grp):
+    return cuda.shfl_sync(FULL_MASK, val, q)
+
+
+@cuda.jit(device=True, inline=True)
+def _handoff_sim(hand, b, kh, col0, limit, pref, val, grp):
+    """Simulator twin of :func:`_handoff_gpu` (no warp vote or shuffle there): block barriers
+    and the shared array ``grp``."""
     tid = cuda.threadIdx.x
     col = col0 + tid
     mine = tid < G and col < limit
@@ -285,7 +310,31 @@ def _handoff_group(hand, b, kh, col0, limit, pref, grp):
     if tid < G and col + G < limit:
         pref = cuda.atomic.add(hand, (b, kh, col + G), 0)
     cuda.syncthreads()
-    return pref
+    return val, pref
+
+
+@cuda.jit(device=True, inline=True)
+def _group_value_sim(val, q, grp):
+    return grp[q]
+
+
+handoff = _handoff_sim if SIMULATED else _handoff_gpu
+group_value = _group_value_sim if SIMULATED else _group_value_gpu
+
+
+@cuda.jit(device=True, inline=True)
+def _sync_band_gpu():
+    # A block is one warp: a warp barrier orders shared memory among its lanes, and (unlike a
+    # block barrier) need not wait for the warp's outstanding global atomics.
+    cuda.syncwarp(FULL_MASK)
+
+
+@cuda.jit(device=True, inline=True)
+def _sync_band_sim():
+    cuda.syncthreads()
+
+
+sync_band = _sync_band_sim if SIMULATED else _sync_band_gpu
 
 
 def _build_forward(fused: bool, fast: bool):
@@ -332,6 +381,7 @@ def _build_forward(fused: bool, fast: bool):
             ysh = cuda.shared.array((DC, TW1), float64)
         if tid < G:
             grp[tid] = INF  # the top band's row above (k > 0 overwrites it group by group)
+        gval = INF  # this lane's boundary value of the current group (GPU path)
         up_next = INF
         r_left = INF
         r_diag = INF
@@ -359,14 +409,14 @@ def _build_forward(fused: bool, fast: bool):
                     for d0 in range(0, D, DC):
                         d = d0 + dd
                         dc = min(d, D - 1)
-                        cuda.syncthreads()
+                        sync_band()
                         for q in range(DC):  # TB // DC rows per pass over the lanes
                             r = rh + (TB // DC) * q
                             xv = float64(X[b, min(i0 + r, N - 1), dc])
                             yv = float64(Y[b, min(j0 + r, M - 1), dc])
                             xsh[dd, r] = xv if (d < D and i0 + r < N) else 0.0
                             ysh[dd, r] = yv if (d < D and j0 + r < M) else 0.0
-                        cuda.syncthreads()
+                        sync_band()
                         for e in range(DC):
                             yv = ysh[e, tid]
                             for r in range(TB):
@@ -387,17 +437,17 @@ def _build_forward(fused: bool, fast: bool):
                         blk[0, r0 + 1, ql] = v1 if (i0 + r0 + 1 < N and jl < M) else zero
                         blk[0, r0 + 2, ql] = v2 if (i0 + r0 + 2 < N and jl < M) else zero
                         blk[0, r0 + 3, ql] = v3 if (i0 + r0 + 3 < N and jl < M) else zero
-            cuda.syncthreads()
+            sync_band()
             for kk in range(TW):
                 s = j0 + kk
                 if k > 0 and kk % G == 0:
-                    pref = _handoff_group(Rb, b, k - 1, s, M, pref, grp)
+                    gval, pref = handoff(Rb, b, k - 1, s, M, pref, gval, grp)
                 j = s - tid
                 # Branch-free step: every lane computes, invalid cells select +inf / zero.
                 # Cells outside [0, M) write their ring slot harmlessly: j < 0 only in chunk 0
                 # (slots of the unused second half), j >= M only in chunks never written out.
                 q = ring(j)
-                top = grp[in_group(kk)]
+                top = group_value(gval, in_group(kk), grp)
                 up = top if tid == 0 else up_next
                 m, pd, pu = softmin3(r_diag, up, r_left, gamma, inv_gamma)
                 dj = j - i
@@ -413,7 +463,7 @@ def _build_forward(fused: bool, fast: bool):
                 r_left = r
                 r_diag = up
                 up_next = from_prev_lane(r, xch, s & 1)
-            cuda.syncthreads()
+            sync_band()
             # Chunk c - 1 is complete now: write its weights out, coalesced along columns.
             if store and c > 0:
                 jp = j0 - TW + tid
@@ -423,7 +473,7 @@ def _build_forward(fused: bool, fast: bool):
                         if i0 + r < N:
                             P[b, 0, i0 + r, jp] = blk[0, r, qp]
                             P[b, 1, i0 + r, jp] = blk[1, r, qp]
-            cuda.syncthreads()
+            sync_band()
         if i == N - 1:
             out[b] = r_last
         if store:
@@ -472,6 +522,7 @@ def _build_backward(fast: bool):
         xch = cuda.shared.array((2, TB), float64)
         if tid < G:
             grp[tid] = 0.0  # the bottom band's row below (others overwrite it group by group)
+        gval = 0.0
         inc_next = 0.0
         e_left = 0.0
         d_prev = 0.0
@@ -499,14 +550,14 @@ def _build_backward(fast: bool):
                     blk[1, r0, ql] = u0 if ok0 else zero
                     blk[0, r0 + 1, ql] = d1 if ok1 else zero
                     blk[1, r0 + 1, ql] = u1 if ok1 else zero
-            cuda.syncthreads()
+            sync_band()
             for kk in range(TW):
                 s = s0 + kk
                 if below_ok and kk % G == 0:
-                    pref = _handoff_group(Gb, b, k + 1, s, M, pref, grp)
+                    gval, pref = handoff(Gb, b, k + 1, s, M, pref, gval, grp)
                 p = s - (TB - 1 - tid)
                 q = ring(p)
-                below = grp[in_group(kk)]
+                below = group_value(gval, in_group(kk), grp)
                 inc = below if tid == TB - 1 else inc_next
                 ok = row_ok & (p >= 0) & (p < M)
                 pd = float64(blk[0, tid, q])
@@ -520,7 +571,7 @@ def _build_backward(fast: bool):
                 e_left = e * (1.0 - pd - pu) if ok else 0.0
                 Gb[b, k, p if (publish & ok) else M] = as_bits(v)  # scratch slot M: no branch
                 inc_next = from_next_lane(v, xch, s & 1)
-            cuda.syncthreads()
+            sync_band()
             if c > 0:
                 pp = s0 - TW + tid
                 jp = M - 1 - pp
@@ -529,7 +580,7 @@ def _build_backward(fast: bool):
                     for r in range(TB):
                         if i0 + r < N:
                             P[b, 1, i0 + r, jp] = blk[1, r, qp]
-            cuda.syncthreads()
+            sync_band()
         pp = (nchunks - 1) * TW + tid
         jp = M - 1 - pp
         qp = ring(pp)

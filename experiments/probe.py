@@ -1,0 +1,77 @@
+"""Kernel probe: per-anti-diagonal time of sdtw's CUDA kernels and the issue's target configs.
+
+``python -m experiments.probe`` (GPU only) prints, for unfused float32 costs with gamma 1,
+the forward time per anti-diagonal of one band (N = 32), of a few bands (N = 64, 256) and of
+many (N = M = 2048), which separates the per-step cost of the wavefront from the cost of
+handing rows between bands; then forward + backward of ``loss.sum()`` at the issue's three
+target configs (B = 32, D = 64, N = M in 512, 1024, 2048), unfused and fused.  A diagnostic
+printout (CUDA-event medians of 10 after a warm-up), not a benchmark: the benchmark numbers
+come from ``python -m experiments.run``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import sdtw
+
+
+def median_ms(fn, n: int = 10) -> float:
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(n):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop))
+    return sorted(times)[n // 2]
+
+
+def bands(B: int, N: int, M: int) -> str:
+    cost = torch.rand(B, N, M, device="cuda")
+    leaf = cost.clone().requires_grad_()
+
+    def forward():
+        sdtw.softdtw_from_cost(cost, gamma=1.0, backend="cuda")
+
+    def forward_backward():
+        sdtw.softdtw_from_cost(leaf, gamma=1.0, backend="cuda").sum().backward()
+        leaf.grad = None
+
+    fwd = median_ms(forward)
+    both = median_ms(forward_backward)
+    per_diag = fwd * 1e3 / (N + M - 1)
+    return (
+        f"B={B} N={N} M={M}: forward {fwd:.3f} ms ({per_diag:.3f} us per anti-diagonal), "
+        f"forward+backward {both:.3f} ms"
+    )
+
+
+def target(N: int, fused: bool, B: int = 32, D: int = 64) -> str:
+    x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+    y = torch.randn(B, N, D, device="cuda")
+
+    def step():
+        sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum().backward()
+        x.grad = None
+
+    return f"B={B} N={N} D={D} fused={fused}: forward+backward {median_ms(step):.3f} ms"
+
+
+def main() -> None:
+    if not torch.cuda.is_available():
+        raise SystemExit("experiments.probe needs a CUDA GPU")
+    torch.manual_seed(0)
+    for B, N, M in [(1, 32, 8192), (1, 64, 8192), (1, 256, 8192), (1, 2048, 2048)]:
+        print(bands(B, N, M), flush=True)
+    for N in (512, 1024, 2048):
+        for fused in (False, True):
+            print(target(N, fused), flush=True)
+
+
+if __name__ == "__main__":
+    main()
