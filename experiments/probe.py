@@ -62,10 +62,60 @@ def target(N: int, fused: bool, B: int = 32, D: int = 64) -> str:
     return f"B={B} N={N} D={D} fused={fused}: forward+backward {median_ms(step):.3f} ms"
 
 
+def profile(N: int = 128, B: int = 32, D: int = 64, steps: int = 50) -> None:
+    """Host time per training step (no synchronisation: the GPU idles if the host is slower),
+    the Python functions that take it (cProfile), and the GPU kernels' own time (torch.profiler)."""
+    import cProfile
+    import pstats
+    import time
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+    y = torch.randn(B, N, D, device="cuda")
+    for fused in (True, False):
+
+        def step(fused=fused):
+            sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum().backward()
+            x.grad = None
+
+        step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        host = (time.perf_counter() - t0) / steps
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) / steps
+        print(
+            f"B={B} N={N} D={D} fused={fused}: host {host * 1e3:.3f} ms per step, "
+            f"wall {wall * 1e3:.3f} ms per step",
+            flush=True,
+        )
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(steps):
+            step()
+        prof.disable()
+        torch.cuda.synchronize()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+            for _ in range(5):
+                step()
+            torch.cuda.synchronize()
+        print(tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=14), flush=True)
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("experiments.probe needs a CUDA GPU")
     torch.manual_seed(0)
+    import sys
+
+    if "--profile" in sys.argv:
+        profile()
+        return
     for B, N, M in [(1, 32, 8192), (1, 64, 8192), (1, 256, 8192), (1, 2048, 2048)]:
         print(bands(B, N, M), flush=True)
     for N in (512, 1024, 2048):
