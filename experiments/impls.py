@@ -15,7 +15,12 @@ name               what                                                         
 ``maghoumi-bmm``   same kernels, matrix-product distance                        cuda
 ``torch``          :mod:`baselines.torch_naive`, plain PyTorch + autograd       any
 ``reference``      float64 NumPy oracle (slow; timed only at small N M)         any
+``tslearn``        optional peer: tslearn's ``SoftDTWLossPyTorch`` (CPU DP)     cpu
+``pysdtw``         optional peer: pysdtw's CUDA ``SoftDTW`` (Numba)             cuda
 =================  ===========================================================  ======
+
+The two peers are other projects' code, measured as installed when importable (``Impl.unavailable``
+says why not; a sweep then leaves them out with a note).
 
 For the ``barycenter`` sweep, ``impl.solve_barycenter(X, gamma, max_iter, early_stopping)`` runs
 ours through :func:`sdtw.softdtw_barycenter` and every other implementation through the same
@@ -43,6 +48,8 @@ maghoumi-bmm      ``9 s + 1``                    padded cost, R, clone, E, cost 
 torch             ``16 s``                       autograd keeps every diagonal (~10 s)
 sdtw-cpu          ``40`` (host)                  float64 cost, R, E, gradient
 reference         ``8 D + 40`` (host)            float64 broadcast cost, R, E
+tslearn           ``32`` (host)                  float64 R, E, cost, gradient (rough)
+pysdtw            ``5 s``                        cost + grad, R, E (rough)
 ================  =============================  =======================================
 
 ``s'`` is the storage size of our kernels (8 for float64 inputs, else 4).  Forward-only steps
@@ -55,6 +62,7 @@ is checked on every run.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 from collections.abc import Callable
@@ -112,6 +120,9 @@ class Impl:
     barycenter : callable or None
         Its own soft-DTW barycenter solver (ours: :func:`sdtw.softdtw_barycenter`); ``None``:
         :func:`experiments.barycenter.adam_barycenter`, the same algorithm, around ``loss``.
+    unavailable : callable or None
+        For optional peers (installed packages we do not depend on): returns why the package
+        cannot be used here, or ``None``; an unavailable peer is left out of a sweep with a note.
     """
 
     name: str
@@ -124,6 +135,7 @@ class Impl:
     launches: Callable[[], int] | None = None
     baseline: bool = False
     barycenter: BarycenterFn | None = None
+    unavailable: Callable[[], str | None] | None = None
 
     def solve_barycenter(
         self, X: torch.Tensor, gamma: float, max_iter: int, early_stopping: bool
@@ -299,6 +311,37 @@ def _baseline_launches() -> int:
     return total_launches()
 
 
+# --------------------------------------------------------------------------------------------
+# Installed peers: optional extra columns when importable (their code, not ours)
+# --------------------------------------------------------------------------------------------
+
+
+def _importable(module: str) -> Callable[[], str | None]:
+    @cache
+    def why_not() -> str | None:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            return f"optional peer {module} is not importable ({type(exc).__name__}: {exc})"
+        return None
+
+    return why_not
+
+
+def _tslearn(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
+    """tslearn's PyTorch soft-DTW loss (squared Euclidean; its DP runs on the CPU)."""
+    from tslearn.metrics import SoftDTWLossPyTorch
+
+    return SoftDTWLossPyTorch(gamma=gamma)(x, y)
+
+
+def _pysdtw(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
+    """pysdtw's CUDA soft-DTW (Numba, Maghoumi-derived; squared Euclidean distance)."""
+    import pysdtw
+
+    return pysdtw.SoftDTW(gamma=gamma, use_cuda=True)(x, y)
+
+
 IMPLS: dict[str, Impl] = {
     impl.name: impl
     for impl in [
@@ -348,6 +391,24 @@ IMPLS: dict[str, Impl] = {
             host_memory=True,
             max_cells=128 * 128,  # ~1 s per step at B = 32; N = 512 would take ~16 s
             baseline=True,
+        ),
+        # Peers: float64 R and E of (N + 2) (M + 2) plus the cost and its gradient, per cell.
+        Impl(
+            "tslearn",
+            _tslearn,
+            "cpu",
+            _per_cell(8 * 2, 8 * 4),
+            host_memory=True,
+            max_cells=512 * 512,
+            unavailable=_importable("tslearn"),
+        ),
+        Impl(
+            "pysdtw",
+            _pysdtw,
+            "cuda",
+            _per_cell(3 * 4, 5 * 4),
+            launches=None,
+            unavailable=_importable("pysdtw"),
         ),
     ]
 }

@@ -826,6 +826,8 @@ def _choose_impls(
             )
         elif impl.baseline and baselines_error():
             notes.append(f"{name}: {baselines_error()}")
+        elif impl.unavailable is not None and impl.unavailable():
+            notes.append(f"{name}: {impl.unavailable()}")
         else:
             chosen.append(name)
     return chosen, notes

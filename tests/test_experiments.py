@@ -271,3 +271,39 @@ def test_adam_loop_follows_the_library() -> None:
         # The library's weights 1/S are rounded to float32 first: a relative 1e-8 on F.
         assert history == pytest.approx(expected.tolist(), rel=1e-7)
         assert torch.allclose(Z, expected_Z, rtol=0, atol=1e-10)
+
+
+def test_optional_peers_agree_with_the_reference_or_say_why_not() -> None:
+    """tslearn / pysdtw are extra columns only when importable; when they run, they must agree."""
+    for name in ("tslearn", "pysdtw"):
+        impl = IMPLS[name]
+        reason = impl.unavailable()
+        if reason is not None:
+            assert name in reason
+            continue
+        if not impl.runs_on("cpu"):
+            continue
+        gen = torch.Generator().manual_seed(3)
+        x = torch.randn(2, 7, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+        y = torch.randn(2, 5, 3, dtype=torch.float64, generator=gen)
+        ref = IMPLS["reference"].loss(x, y, 0.1)
+        out = impl.loss(x, y, 0.1)
+        # tslearn's gradient differs from float64 by ~3e-6 relative (its backward is not
+        # float64 throughout), so the bar is the harness's accuracy scale, not 1e-9.
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-6)
+        g_ref = torch.autograd.grad(ref.sum(), x)[0]
+        g = torch.autograd.grad(out.sum(), x)[0]
+        torch.testing.assert_close(g, g_ref, rtol=1e-4, atol=1e-6)
+
+
+def test_unavailable_peer_is_left_out_with_a_note() -> None:
+    peer = dataclasses.replace(IMPLS["tslearn"], unavailable=lambda: "not installed here")
+    sweep = SWEEPS["cpu"]
+    saved = IMPLS["tslearn"]
+    IMPLS["tslearn"] = peer
+    try:
+        chosen, notes = run._choose_impls(sweep, None, "cpu")
+    finally:
+        IMPLS["tslearn"] = saved
+    assert "tslearn" not in chosen
+    assert any("tslearn: not installed here" in n for n in notes)

@@ -6,15 +6,19 @@ The (N, M) table of a pair is cut into *bands* of ``TB`` rows.  One thread block
 threads (one warp) owns one band, thread ``t`` owns row ``i0 + t``, and the block sweeps the
 band's columns as a skewed wavefront: at step ``s`` thread ``t`` computes column ``s - t``.
 The three DP neighbours come from the thread itself (left), from thread ``t - 1`` one step
-earlier (up) and two steps earlier (diagonal), passed by a warp shuffle: the 32 steps of a
-chunk run without a barrier (each lane touches only its own row of the staged block).
-Thread 0 reads the row above the band from a small boundary buffer ``Rb`` that the band above
-publishes chunk by chunk (``TW`` columns) with a progress counter; the band below spins on
-that counter.  Blocks take a *ticket* from an atomic counter and derive their
-(band, pair) from it, so a block only ever waits for blocks that started before it: no
-deadlock whatever order the hardware schedules blocks in, and the CUDA simulator (which runs
-blocks one at a time) works too.  One launch does the whole forward, one the whole backward:
-launches per step are O(1), not O(N + M).
+earlier (up) and two steps earlier (diagonal), passed by a warp shuffle.  Each step is
+branch-free (invalid cells select +inf and zero weights), and the staged columns live in a
+64-column ring of shared memory indexed by ``column % 64``.  Costs (or fused distances) are
+staged ``TW`` columns at a time with loads issued back to back; the weights go out coalesced one
+chunk later.  Lane 0 takes the row above the band from the boundary buffer ``Rb`` that lane
+``TB - 1`` of the band above writes cell by cell: values are float64 bits in an int64 buffer
+pre-filled with a sentinel, read ``G`` = 8 columns at a time, one group ahead, with atomic
+reads (L2) and a warp vote, so neither side waits on a counter or a fence (the band below runs
+~40-50 steps behind the band above, the minimum being 32).  Blocks take a *ticket* from an
+atomic counter and derive their (band, pair) from it, so a block only ever waits for blocks
+that started before it: no deadlock whatever order the hardware schedules blocks in, and the
+CUDA simulator (which runs blocks one at a time) works too.  One launch does the whole forward,
+one the whole backward: launches per step are O(1), not O(N + M).
 
 Accuracy
 --------
@@ -35,9 +39,8 @@ Memory
 ------
 ``P`` (B, 2, N, M) holds (p_diag, p_up); p_left = 1 - p_diag - p_up.  The backward overwrites
 plane 1 with ``E`` in place (each cell is read before it is written, by the same thread), so
-``E = P[:, 1]`` needs no extra buffer.  Boundary buffers are (B, ceil(N/TB), Mp) float64 with
-``Mp`` padded to a multiple of ``TW`` so that every chunk of a boundary row owns whole cache
-lines (a stale-L1 read of a line shared with an earlier chunk is impossible).
+``E = P[:, 1]`` needs no extra buffer.  Boundary buffers are (B, ceil(N/TB), M + 1) int64
+(float64 bits; column ``M`` is a scratch slot for the lanes that do not publish).
 """
 
 from __future__ import annotations
