@@ -336,7 +336,14 @@ def _tslearn(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
 
 
 def _pysdtw(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
-    """pysdtw's CUDA soft-DTW (Numba, Maghoumi-derived; squared Euclidean distance)."""
+    """pysdtw's CUDA soft-DTW (Numba, Maghoumi-derived; squared Euclidean distance).
+
+    Its Numba launches reach ``np.row_stack``, gone in NumPy 2.5: sdtw's one compatibility
+    shim (:func:`sdtw._compat.patch_numpy_for_numba`) is applied first, as for our kernels.
+    """
+    from sdtw._compat import patch_numpy_for_numba
+
+    patch_numpy_for_numba()
     import pysdtw
 
     return pysdtw.SoftDTW(gamma=gamma, use_cuda=True)(x, y)
