@@ -11,24 +11,18 @@ come from ``python -m experiments.run``.
 
 from __future__ import annotations
 
+import statistics
+
 import torch
 
 import sdtw
+from experiments.run import _time_ms
 
 
 def median_ms(fn, n: int = 10) -> float:
+    """Median of ``n`` CUDA-event timings of ``fn`` after one warm-up call (the harness's timer)."""
     fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(n):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(stop))
-    return sorted(times)[n // 2]
+    return statistics.median(_time_ms(fn, "cuda") for _ in range(n))
 
 
 def bands(B: int, N: int, M: int) -> str:

@@ -175,13 +175,12 @@ def _ticket(device: torch.device) -> torch.Tensor:
     return torch.zeros(1, dtype=torch.int32, device=device)
 
 
-def _boundary(B: int, N: int, M: int, device: torch.device) -> torch.Tensor:
+def _boundary(B: int, nb: int, M: int, device: torch.device) -> torch.Tensor:
     """Boundary rows between bands: (B, nb, M + 1) int64 float64 bits, all ``SENTINEL``.
 
     Column ``M`` is a scratch slot that the lanes which do not publish write into, so that the
     publishing store needs no branch.
     """
-    nb = -(-N // K.TB)
     return torch.full((B, nb, M + 1), K.SENTINEL, dtype=torch.int64, device=device)
 
 
@@ -222,7 +221,7 @@ def forward(
     else:
         args = (a, a, out.view(1, B), out.view(1, B))  # unused slots, any arrays of the right rank
     tick = _ticket(dev)
-    Rb = _boundary(B, N, M, dev)
+    Rb = _boundary(B, nb, M, dev)
     if store:
         P = torch.empty((B, 2, N, M), dtype=sdt, device=dev)
     else:
@@ -255,7 +254,7 @@ def backward(P: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
     dev = P.device
     nb = -(-N // K.TB)
     tick = _ticket(dev)
-    Gb = _boundary(B, N, M, dev)
+    Gb = _boundary(B, nb, M, dev)
     g = grad_out.detach().to(torch.float64).contiguous()
     _launcher(K.BACKWARD[P.dtype == torch.float32])(
         B * nb, K.TB, _stream(dev), P, int(N), int(M), g, Gb, tick
