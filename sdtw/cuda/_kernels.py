@@ -101,54 +101,66 @@ def _softmin3(r_diag, r_up, r_left, gamma, inv_gamma):
 
 
 @cuda.jit(device=True, inline=True)
-def _fast_exp_gpu(x):
-    return libdevice.fast_expf(x)
+def _exp2_gpu(x):
+    return libdevice.exp2f(x)  # ex2.approx.f32
 
 
 @cuda.jit(device=True, inline=True)
-def _fast_log_gpu(x):
-    return libdevice.fast_logf(x)
+def _log2_gpu(x):
+    return libdevice.fast_log2f(x)  # lg2.approx.f32
+
+
+def _exp2_sim(x):
+    return float32(2.0**x)
+
+
+def _log2_sim(x):
+    return float32(math.log2(x))
+
+
+exp2 = _exp2_sim if SIMULATED else _exp2_gpu
+log2 = _log2_sim if SIMULATED else _log2_gpu
+LOG2E = 1.0 / math.log(2.0)
+LN2 = math.log(2.0)
 
 
 @cuda.jit(device=True, inline=True)
-def _fast_exp_sim(x):
-    return float32(math.exp(x))
+def _constants(gamma):
+    """The two constants :func:`_softmin3` takes: ``gamma`` and ``1 / gamma``."""
+    return gamma, 1.0 / gamma
 
 
 @cuda.jit(device=True, inline=True)
-def _fast_log_sim(x):
-    return float32(math.log(x))
-
-
-fast_exp = _fast_exp_sim if SIMULATED else _fast_exp_gpu
-fast_log = _fast_log_sim if SIMULATED else _fast_log_gpu
+def _constants_fast(gamma):
+    """The two constants :func:`_softmin3_fast` takes: ``gamma ln 2`` and ``log2(e) / gamma``."""
+    return gamma * LN2, float32(LOG2E / gamma)
 
 
 @cuda.jit(device=True, inline=True)
-def _softmin3_fast(r_diag, r_up, r_left, gamma, inv_gamma):
-    """As :func:`_softmin3`, with float32 hardware exp/log of the float64 *differences*.
+def _softmin3_fast(r_diag, r_up, r_left, gamma_ln2, c):
+    """As :func:`_softmin3`, with float32 hardware exp2/log2 of the float64 *differences*.
 
-    The arguments of exp are ``(m - r_k) / gamma <= 0`` formed in float64, so rounding them to
-    float32 and using ``ex2.approx`` costs a relative ~2e-7 of each weight, not an absolute
-    error that grows with ``R``; ``log(s)`` with ``s`` in [1, 3] is good to ~2e-7 absolute.
-    R itself stays float64.  These are the multi-function-unit instructions on the step's
-    critical path (the accurate libm versions are ~10 dependent instructions each).
+    ``e^{(m - r_k) / gamma} = 2^{c (m - r_k)}`` with ``c = log2(e) / gamma`` (float32): the
+    difference ``m - r_k <= 0`` is formed in float64 and rounded to float32, so each weight
+    has a relative error of a few 1e-7 times the exponent (a large exponent means a weight
+    below ~1e-30), not an absolute error that grows with ``R``; ``log(s) = ln 2 log2(s)`` with
+    ``s`` in [1, 3] is good to ~2e-7 absolute.  R itself stays float64; the weights are
+    float32 (what a float32 step stores).  These multi-function-unit instructions are the
+    step's critical path (the accurate libm versions are ~10 dependent instructions each).
     """
     m = _min3(r_diag, r_up, r_left)
     fin = m != INF
     mm = m if fin else 0.0
-    ed = fast_exp(float32((mm - r_diag) * inv_gamma))
-    eu = fast_exp(float32((mm - r_up) * inv_gamma))
-    el = fast_exp(float32((mm - r_left) * inv_gamma))
+    ed = exp2(float32(mm - r_diag) * c)
+    eu = exp2(float32(mm - r_up) * c)
+    el = exp2(float32(mm - r_left) * c)
     s = ed + eu + el
     s = s if fin else float32(1.0)
     inv_s = fast_rcp(s)
-    val = m - gamma * float64(fast_log(s))
-    pd = float64(ed * inv_s)
-    pu = float64(eu * inv_s)
+    val = m - gamma_ln2 * float64(log2(s))
     if fin:
-        return val, pd, pu
-    return r_diag + r_up + r_left, 0.0, 0.0
+        return val, ed * inv_s, eu * inv_s
+    return r_diag + r_up + r_left, float32(0.0), float32(0.0)
 
 
 # Neighbour exchange between the lanes of a band.  On a GPU the band is one warp and a shuffle
@@ -347,6 +359,7 @@ def _build_forward(fused: bool, fast: bool):
     inputs; float64 inputs get float64 throughout.
     """
     softmin3 = _softmin3_fast if fast else _softmin3
+    constants = _constants_fast if fast else _constants
     # The staged block holds the cost and then the weights.  float32 suffices when both are
     # float32 anyway (unfused float32 cost, float32 weights): half the shared memory, so twice
     # the resident blocks per SM.  Fused distances are float64 and need the float64 block.
@@ -364,7 +377,7 @@ def _build_forward(fused: bool, fast: bool):
         tid = cuda.threadIdx.x
         B = out.shape[0]
         nb = (N + TB - 1) // TB
-        inv_gamma = 1.0 / gamma
+        sm_a, sm_b = constants(gamma)  # what softmin3 takes besides the three values
         zero = blk_t(0.0)
         tk = cuda.shared.array(1, int32)
         t = _take_ticket(tick, tk)
@@ -452,7 +465,7 @@ def _build_forward(fused: bool, fast: bool):
                 q = ring(j)
                 top = group_value(gval, in_group(kk), grp)
                 up = top if tid == 0 else up_next
-                m, pd, pu = softmin3(r_diag, up, r_left, gamma, inv_gamma)
+                m, pd, pu = softmin3(r_diag, up, r_left, sm_a, sm_b)
                 dj = j - i
                 ok = row_ok & (j >= 0) & (j < M) & (dj >= -lo) & (dj <= hi)  # no short circuit
                 cost = blk[0, tid, q]  # loaded unconditionally (no branch around it)
@@ -461,7 +474,7 @@ def _build_forward(fused: bool, fast: bool):
                 blk[1, tid, q] = blk_t(pu) if ok else zero
                 # Lane TB - 1 publishes its cell; the other lanes (and columns outside the row)
                 # store into the scratch slot M: one store instruction, no branch.
-                Rb[b, k, j if (publish & (j >= 0) & (j < M)) else M] = as_bits(r)
+                Rb[b, k, uint32(j if (publish & (j >= 0) & (j < M)) else M)] = as_bits(r)
                 r_last = r if j == M - 1 else r_last
                 r_left = r
                 r_diag = up
@@ -572,7 +585,8 @@ def _build_backward(fast: bool):
                 v = e * pu + d_prev if ok else 0.0
                 d_prev = e * pd if ok else 0.0
                 e_left = e * (1.0 - pd - pu) if ok else 0.0
-                Gb[b, k, p if (publish & ok) else M] = as_bits(v)  # scratch slot M: no branch
+                # the scratch slot M again: no branch
+                Gb[b, k, uint32(p if (publish & ok) else M)] = as_bits(v)
                 inc_next = from_next_lane(v, xch, s & 1)
             sync_band()
             if c > 0:
