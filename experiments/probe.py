@@ -6,7 +6,8 @@ many (N = M = 2048), which separates the per-step cost of the wavefront from the
 handing rows between bands; then forward + backward of ``loss.sum()`` at the issue's three
 target configs (B = 32, D = 64, N = M in 512, 1024, 2048), unfused and fused.  A diagnostic
 printout (CUDA-event medians of 10 after a warm-up), not a benchmark: the benchmark numbers
-come from ``python -m experiments.run``.
+come from ``python -m experiments.run``.  ``--host``: the host time of each piece of a small
+training step; ``--profile``: cProfile and torch.profiler of one.
 """
 
 from __future__ import annotations
@@ -101,6 +102,64 @@ def profile(N: int = 128, B: int = 32, D: int = 64, steps: int = 50) -> None:
         print(tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=14), flush=True)
 
 
+def host(B: int = 32, N: int = 128, D: int = 64, n: int = 200) -> None:
+    """Host time (no synchronisation) of each piece of a training step, medians of ``n`` calls
+    at a size where the GPU keeps up: what a small step's time is made of."""
+    import time
+
+    from sdtw.cuda import _launch
+
+    def host_us(fn) -> float:
+        fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            fn()
+            ts.append(time.perf_counter_ns() - t0)
+        torch.cuda.synchronize()
+        return statistics.median(ts) / 1e3
+
+    x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+    y = torch.randn(B, N, D, device="cuda")
+    cost = torch.rand(B, N, N, device="cuda")
+    xd = x.detach()
+    rows = {
+        "torch.empty(B)": lambda: torch.empty(B, device="cuda"),
+        "torch.full(boundary)": lambda: _launch._boundary(B, N // 32, N, xd.device),
+        "_launch.forward fused, no store": lambda: _launch.forward(xd, y, 1.0, N, N, False),
+        "_launch.forward unfused, no store": lambda: _launch.forward(cost, None, 1.0, N, N, False),
+        "sdtw.softdtw fused, no_grad": lambda: _no_grad(x, y, True),
+        "sdtw.softdtw unfused, no_grad": lambda: _no_grad(x, y, False),
+        "pairwise_cost": lambda: sdtw.functional.pairwise_cost(xd, y, "sqeuclidean"),
+    }
+    _, P = _launch.forward(xd, y, 1.0, N, N, True)
+    g1 = torch.ones(B, device="cuda")
+    g0 = torch.ones(1, device="cuda").expand(B)
+    rows["_launch.backward, contiguous grad"] = lambda: _launch.backward(P, g1)
+    rows["_launch.backward, expanded grad"] = lambda: _launch.backward(P, g0)
+    rows["_launch.backward + sums"] = lambda: _launch.backward(P, g1, True)
+    leaf = torch.randn(B, device="cuda", requires_grad=True)
+    rows["autograd: (leaf * 2).sum().backward()"] = lambda: (leaf * 2).sum().backward()
+    for fused in (True, False):
+        rows[f"forward with grad, fused={fused}"] = lambda f=fused: sdtw.softdtw(
+            x, y, backend="cuda", fused=f
+        )
+
+        def both(f=fused):
+            sdtw.softdtw(x, y, backend="cuda", fused=f).sum().backward()
+            x.grad = None
+
+        rows[f"forward+backward, fused={fused}"] = both
+    for name, fn in rows.items():
+        print(f"B={B} N={N} D={D} host {host_us(fn):8.1f} us  {name}", flush=True)
+
+
+def _no_grad(x, y, fused):
+    with torch.no_grad():
+        return sdtw.softdtw(x, y, backend="cuda", fused=fused)
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("experiments.probe needs a CUDA GPU")
@@ -109,6 +168,9 @@ def main() -> None:
 
     if "--profile" in sys.argv:
         profile()
+        return
+    if "--host" in sys.argv:
+        host()
         return
     for B, N, M in [(1, 32, 8192), (1, 64, 8192), (1, 256, 8192), (1, 2048, 2048)]:
         print(bands(B, N, M), flush=True)

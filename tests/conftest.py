@@ -69,6 +69,17 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / denom)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Show the ``rng`` seed of a failing test in its report, so the failure can be replayed."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for key, value in item.user_properties:
+            if key == "seed":
+                report.sections.append(("rng seed", str(value)))
+
+
 @pytest.fixture
 def rng(request) -> np.random.Generator:
     """A fresh generator per test: fresh random inputs every run (seed printed on failure)."""

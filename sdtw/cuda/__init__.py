@@ -35,8 +35,22 @@ def simulator_enabled() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
 
 
+_usable: tuple[bool, str] | None = None
+
+
 def cuda_usable() -> tuple[bool, str]:
-    """Whether the Numba CUDA kernels can run here, and if not, why."""
+    """Whether the Numba CUDA kernels can run here, and if not, why (a yes is remembered: this
+    is asked on every call)."""
+    global _usable
+    if _usable is None:
+        ok, why = _check_usable()
+        if not ok:
+            return ok, why
+        _usable = (ok, why)
+    return _usable
+
+
+def _check_usable() -> tuple[bool, str]:
     from sdtw._compat import patch_numpy_for_numba
 
     patch_numpy_for_numba()
@@ -58,6 +72,12 @@ def _kernel_dtype(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
+_TWICE = (
+    "sdtw: backward called twice through the same soft-DTW node; the CUDA backward reuses its "
+    "saved buffer in place. Recompute the loss instead of retain_graph=True."
+)
+
+
 class _CostFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
@@ -66,7 +86,7 @@ class _CostFunction(torch.autograd.Function):
         c = _kernel_dtype(cost).contiguous()
         out, P = _launch.forward(c, None, gamma, lo, hi, store=cost.requires_grad)
         ctx.P = P
-        return out.to(cost.dtype)
+        return out if out.dtype == cost.dtype else out.to(cost.dtype)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
@@ -74,13 +94,10 @@ class _CostFunction(torch.autograd.Function):
 
         P = ctx.P
         if P is None:
-            raise RuntimeError(
-                "sdtw: backward called twice through the same soft-DTW node; the CUDA backward "
-                "reuses its saved buffer in place. Recompute the loss instead of retain_graph=True."
-            )
+            raise RuntimeError(_TWICE)
         ctx.P = None
-        E = _launch.backward(P, grad_out)
-        return E.to(grad_out.dtype), None, None, None
+        E, _ = _launch.backward(P, grad_out)
+        return (E if E.dtype == grad_out.dtype else E.to(grad_out.dtype)), None, None, None
 
 
 class _FusedFunction(torch.autograd.Function):
@@ -95,7 +112,7 @@ class _FusedFunction(torch.autograd.Function):
         ctx.P = P
         if need:
             ctx.save_for_backward(x, y)
-        return out.to(x.dtype)
+        return out if out.dtype == x.dtype else out.to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
@@ -103,24 +120,23 @@ class _FusedFunction(torch.autograd.Function):
 
         P = ctx.P
         if P is None:
-            raise RuntimeError(
-                "sdtw: backward called twice through the same soft-DTW node; the CUDA backward "
-                "reuses its saved buffer in place. Recompute the loss instead of retain_graph=True."
-            )
+            raise RuntimeError(_TWICE)
         ctx.P = None
         x, y = ctx.saved_tensors
-        E = _launch.backward(P, grad_out)  # (B, N, M), batch stride 2 N M
+        N = x.shape[1]
+        E, S = _launch.backward(P, grad_out, sums=True)  # E (B, N, M), batch stride 2 N M
         del P
-        xe, ye = x.to(E.dtype), y.to(E.dtype)
-        # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i).
-        # baddbmm + in-place scaling: one (B, N, D) temporary each, nothing (B, N, M).
+        xe = x if x.dtype == E.dtype else x.to(E.dtype)
+        ye = y if y.dtype == E.dtype else y.to(E.dtype)
+        # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
+        # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
         gx = gy = None
         if ctx.needs_input_grad[0]:
-            gx = torch.baddbmm(xe * E.sum(2).unsqueeze(-1), E, ye, alpha=-1.0).mul_(2.0)
-            gx = gx.to(x.dtype)
+            gx = torch.baddbmm(xe * S[:, :N, None], E, ye, beta=2.0, alpha=-2.0)
+            gx = gx if gx.dtype == x.dtype else gx.to(x.dtype)
         if ctx.needs_input_grad[1]:
-            gy = torch.baddbmm(ye * E.sum(1).unsqueeze(-1), E.transpose(1, 2), xe, alpha=-1.0)
-            gy = gy.mul_(2.0).to(y.dtype)
+            gy = torch.baddbmm(ye * S[:, N:, None], E.transpose(1, 2), xe, beta=2.0, alpha=-2.0)
+            gy = gy if gy.dtype == y.dtype else gy.to(y.dtype)
         return gx, gy, None, None, None
 
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import os
 
-from numba import cuda, float32, float64, int32, uint32
+from numba import cuda, float32, float64, int32, uint32, uint64
 from numba.cuda import libdevice
 
 #: Numba's CPU simulator lacks warp shuffles and libdevice: two small device functions below
@@ -57,110 +57,108 @@ SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
 TB = 32  # rows per band = threads per block (one warp)
 TW = 32  # columns per chunk (published / staged together); TW == TB is assumed below
 DC = 16  # features staged in shared memory per pass of the fused distance
-TB1 = TB + 1  # padded row length (bank-conflict-free column writes)
+TB1 = TB + 2  # padded row (few bank conflicts on column writes; even, so 16-byte row pairs)
 TW1 = TW + 1
 RING = 2 * TW  # ring of staged columns (two chunks)
+RING1 = RING + 1  # padded ring row (lanes' same-slot accesses in distinct banks)
 RMASK = uint32(RING - 1)
-G = 8  # boundary values handed between bands per group (TW is a multiple of G)
-GMASK = uint32(G - 1)
+G = 8  # boundary values handed between bands per group (TW a multiple; steps unrolled for 8)
 INF = math.inf
 
 
 @cuda.jit(device=True, inline=True)
-def _min3(a, b, c):
-    """Minimum by comparisons (a NaN argument is skipped here and caught by the exp sum)."""
-    m = a
-    if b < m:
-        m = b
-    if c < m:
-        m = c
-    return m
+def _min2(a, b):
+    """Minimum by comparison (a NaN ``b`` is skipped; a NaN ``a`` is kept)."""
+    return b if b < a else a
+
+
+# The DP runs in *scaled* units: ``R' = R log2(e) / gamma`` and ``C' = C log2(e) / gamma``, so
+# that ``e^{-(r - m)/gamma} = 2^{m' - r'}`` and ``softmin_gamma = m - gamma ln2 log2(sum)``
+# becomes ``m' - log2(sum)``: no multiply by 1/gamma on the step's dependency chain.  The
+# kernel scales the value back once per pair (``R = R' gamma ln 2``).
+#
+# A step gets ``m2 = min(r_diag, r_left)`` and ``mm2 = min(m2, BIG)`` precomputed (both are
+# known a step early), so only the upper value, which arrives by shuffle, is on the chain:
+# ``m = min(m2, up)``; the exponents use ``mm = min(mm2, up)``, which is ``m`` unless all three
+# are ``+inf`` (an unreachable cell), where it is ``BIG`` so that each ``2^{mm - r}`` is 0
+# instead of NaN and the sum is bumped to 1 (value ``+inf``, weights 0).  A NaN anywhere
+# reaches the sum and so the value (a NaN ``r_diag`` makes ``m`` NaN directly).
+BIG = 1e300
 
 
 @cuda.jit(device=True, inline=True)
-def _softmin3(r_diag, r_up, r_left, gamma, inv_gamma):
-    """Soft-min of three float64 values and the weights of the first two (float64 math).
-
-    NaN anywhere propagates to the value (it enters the sum of exponentials).  Branch-free:
-    both outcomes are computed and selected, so the warp never diverges here.
-    """
-    m = _min3(r_diag, r_up, r_left)
-    fin = m != INF
-    # all +inf (unreachable), or NaN hidden behind +inf minima: the sum keeps the NaN
-    mm = m if fin else 0.0
-    ed = math.exp((mm - r_diag) * inv_gamma)
-    eu = math.exp((mm - r_up) * inv_gamma)
-    el = math.exp((mm - r_left) * inv_gamma)
-    s = ed + eu + el
-    s = s if fin else 1.0  # (all +inf: s = 0; the result is selected away below)
+def _softmin3(r_diag, r_left, m2, mm2, up, cost):
+    """``cost + softmin(r_diag, up, r_left)`` (scaled, base 2) and the diagonal and upper
+    weights, float64 math."""
+    m = _min2(m2, up)
+    mm = _min2(mm2, up)
+    ed = math.exp2(mm - r_diag)
+    eu = math.exp2(mm - up)
+    el = math.exp2(mm - r_left)
+    s = (ed + eu) + (el + (0.0 if m != INF else 1.0))
     inv_s = 1.0 / s
-    val = m - gamma * math.log(s)
-    if fin:
-        return val, ed * inv_s, eu * inv_s
-    return r_diag + r_up + r_left, 0.0, 0.0
+    return (cost + m) - math.log2(s), ed * inv_s, eu * inv_s
 
 
 @cuda.jit(device=True, inline=True)
-def _exp2_gpu(x):
-    return libdevice.exp2f(x)  # ex2.approx.f32
+def _softmin3_fast(r_diag, r_left, m2, mm2, up, cost):
+    """As :func:`_softmin3`, with float32 hardware ``ex2``/``lg2`` of the float64 *differences*.
+
+    The difference ``mm - r_k <= 0`` is formed in float64 and rounded to float32, so each
+    weight has a relative error of a few 1e-7 times the exponent (a large exponent means a
+    weight below ~1e-30), not an absolute error that grows with ``R``; ``log2(s)`` with ``s``
+    in [1, 3] is good to ~2e-7 absolute.  R itself stays float64; the weights are float32
+    (what a float32 step stores).  ``ex2``/``lg2``/``rcp`` are the bare approximate
+    instructions (flush-to-zero: a weight below 2^-126 is 0), issued as inline PTX so that no
+    denormal fix-ups sit on the step's dependency chain.
+    """
+    m = _min2(m2, up)
+    mm = _min2(mm2, up)
+    ed = exp2(float32(mm - r_diag))
+    eu = exp2(float32(mm - up))
+    el = exp2(float32(mm - r_left))
+    s = (ed + eu) + (el + (float32(0.0) if m != INF else float32(1.0)))
+    inv_s = fast_rcp(s)
+    return (cost + m) - float64(log2(s)), ed * inv_s, eu * inv_s
 
 
-@cuda.jit(device=True, inline=True)
-def _log2_gpu(x):
-    return libdevice.fast_log2f(x)  # lg2.approx.f32
+def _ptx_unary_f32(name: str, instruction: str):
+    """A float32 -> float32 device intrinsic that is one PTX instruction (inline asm)."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def fn(typingctx, x):
+        def codegen(context, builder, signature, args):
+            fty = ir.FunctionType(ir.FloatType(), [ir.FloatType()])
+            return builder.asm(fty, f"{instruction} $0, $1;", "=f,f", args, False, name=name)
+
+        return types.float32(types.float32), codegen
+
+    return fn
 
 
 def _exp2_sim(x):
-    return float32(2.0**x)
+    return float32(2.0**x) if x > -126.0 else float32(0.0)
 
 
 def _log2_sim(x):
     return float32(math.log2(x))
 
 
-exp2 = _exp2_sim if SIMULATED else _exp2_gpu
-log2 = _log2_sim if SIMULATED else _log2_gpu
+def _rcp_sim(x):
+    return float32(1.0) / x
+
+
+if SIMULATED:
+    exp2, log2, fast_rcp = _exp2_sim, _log2_sim, _rcp_sim
+else:
+    exp2 = _ptx_unary_f32("ex2", "ex2.approx.ftz.f32")
+    log2 = _ptx_unary_f32("lg2", "lg2.approx.ftz.f32")
+    fast_rcp = _ptx_unary_f32("rcp", "rcp.approx.ftz.f32")
 LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
-
-
-@cuda.jit(device=True, inline=True)
-def _constants(gamma):
-    """The two constants :func:`_softmin3` takes: ``gamma`` and ``1 / gamma``."""
-    return gamma, 1.0 / gamma
-
-
-@cuda.jit(device=True, inline=True)
-def _constants_fast(gamma):
-    """The two constants :func:`_softmin3_fast` takes: ``gamma ln 2`` and ``log2(e) / gamma``."""
-    return gamma * LN2, float32(LOG2E / gamma)
-
-
-@cuda.jit(device=True, inline=True)
-def _softmin3_fast(r_diag, r_up, r_left, gamma_ln2, c):
-    """As :func:`_softmin3`, with float32 hardware exp2/log2 of the float64 *differences*.
-
-    ``e^{(m - r_k) / gamma} = 2^{c (m - r_k)}`` with ``c = log2(e) / gamma`` (float32): the
-    difference ``m - r_k <= 0`` is formed in float64 and rounded to float32, so each weight
-    has a relative error of a few 1e-7 times the exponent (a large exponent means a weight
-    below ~1e-30), not an absolute error that grows with ``R``; ``log(s) = ln 2 log2(s)`` with
-    ``s`` in [1, 3] is good to ~2e-7 absolute.  R itself stays float64; the weights are
-    float32 (what a float32 step stores).  These multi-function-unit instructions are the
-    step's critical path (the accurate libm versions are ~10 dependent instructions each).
-    """
-    m = _min3(r_diag, r_up, r_left)
-    fin = m != INF
-    mm = m if fin else 0.0
-    ed = exp2(float32(mm - r_diag) * c)
-    eu = exp2(float32(mm - r_up) * c)
-    el = exp2(float32(mm - r_left) * c)
-    s = ed + eu + el
-    s = s if fin else float32(1.0)
-    inv_s = fast_rcp(s)
-    val = m - gamma_ln2 * float64(log2(s))
-    if fin:
-        return val, ed * inv_s, eu * inv_s
-    return r_diag + r_up + r_left, float32(0.0), float32(0.0)
 
 
 # Neighbour exchange between the lanes of a band.  On a GPU the band is one warp and a shuffle
@@ -201,9 +199,10 @@ from_next_lane = _from_next_lane_smem if SIMULATED else _from_next_lane_shfl
 
 
 @cuda.jit(device=True, inline=True)
-def _take_ticket(tick, tk):
+def _take_ticket(hand, tk):
+    """This block's ticket: the boundary buffer's last element counts up from ``SENTINEL``."""
     if cuda.threadIdx.x == 0:
-        tk[0] = cuda.atomic.add(tick, 0, 1)
+        tk[0] = cuda.atomic.add(hand, hand.shape[0] - 1, 1) - SENTINEL
     cuda.syncthreads()
     return tk[0]
 
@@ -228,11 +227,6 @@ def _from_bits_gpu(n):
     return libdevice.longlong_as_double(n)
 
 
-@cuda.jit(device=True, inline=True)
-def _rcp_gpu(x):
-    return libdevice.fast_fdividef(float32(1.0), x)
-
-
 def _bits_sim(x):
     import numpy as np
 
@@ -245,13 +239,8 @@ def _from_bits_sim(n):
     return np.int64(n).view(np.float64)
 
 
-def _rcp_sim(x):
-    return float32(1.0) / x
-
-
 as_bits = _bits_sim if SIMULATED else _bits_gpu
 from_bits = _from_bits_sim if SIMULATED else _from_bits_gpu
-fast_rcp = _rcp_sim if SIMULATED else _rcp_gpu
 
 
 @cuda.jit(device=True, inline=True)
@@ -260,81 +249,14 @@ def _ring_gpu(j):
 
 
 @cuda.jit(device=True, inline=True)
-def _in_group_gpu(kk):
-    return uint32(kk) & GMASK
-
-
-def _ring_sim(j):
-    return j & (RING - 1)
-
-
-def _in_group_sim(kk):
-    return kk & (G - 1)
-
-
-ring = _ring_sim if SIMULATED else _ring_gpu
-in_group = _in_group_sim if SIMULATED else _in_group_gpu
+def _below_gpu(a, n):
+    """``0 <= a < n`` for ``n >= 0``, as one unsigned comparison."""
+    return uint32(a) < uint32(n)
 
 
 @cuda.jit(device=True, inline=True)
-def _handoff_gpu(hand, b, kh, col0, limit, pref, val, grp):
-    """Take one group of ``G`` boundary values and prefetch the next group (one warp).
-
-    Lanes ``0 .. G - 1`` hold in ``pref`` the bits of columns ``col0 + lane`` (read one group
-    earlier; ``col0`` is this group's first column and ``limit`` decides which columns exist,
-    see the callers).  Wait until all are written (re-reading the missing ones) and return
-    (this lane's value, the bits of its column in the next group), the latter read now so that
-    the read's latency overlaps this group's steps.  Warp vote and shuffles only: a block
-    barrier would wait for the outstanding prefetch (measured: one round trip per group).
-    """
-    tid = cuda.threadIdx.x
-    col = col0 + tid
-    mine = (tid < G) & (col < limit)
-    while True:
-        bad = mine & (pref == SENTINEL)
-        if not cuda.any_sync(FULL_MASK, bad):
-            break
-        if bad:
-            pref = cuda.atomic.add(hand, (b, kh, col), 0)
-    val = from_bits(pref) if mine else 0.0
-    if (tid < G) & (col + G < limit):
-        pref = cuda.atomic.add(hand, (b, kh, col + G), 0)
-    return val, pref
-
-
-@cuda.jit(device=True, inline=True)
-def _group_value_gpu(val, q, grp):
-    return cuda.shfl_sync(FULL_MASK, val, q)
-
-
-@cuda.jit(device=True, inline=True)
-def _handoff_sim(hand, b, kh, col0, limit, pref, val, grp):
-    """Simulator twin of :func:`_handoff_gpu` (no warp vote or shuffle there): block barriers
-    and the shared array ``grp``."""
-    tid = cuda.threadIdx.x
-    col = col0 + tid
-    mine = tid < G and col < limit
-    while True:
-        bad = mine and pref == SENTINEL
-        if not cuda.syncthreads_or(int32(1) if bad else int32(0)):
-            break
-        if bad:
-            pref = cuda.atomic.add(hand, (b, kh, col), 0)
-    if tid < G:
-        grp[tid] = from_bits(pref) if mine else 0.0
-    if tid < G and col + G < limit:
-        pref = cuda.atomic.add(hand, (b, kh, col + G), 0)
-    cuda.syncthreads()
-    return val, pref
-
-
-@cuda.jit(device=True, inline=True)
-def _group_value_sim(val, q, grp):
-    return grp[q]
-
-
-handoff = _handoff_sim if SIMULATED else _handoff_gpu
-group_value = _group_value_sim if SIMULATED else _group_value_gpu
+def _any_lane_gpu(pred):
+    return cuda.any_sync(FULL_MASK, pred)
 
 
 @cuda.jit(device=True, inline=True)
@@ -344,12 +266,118 @@ def _sync_band_gpu():
     cuda.syncwarp(FULL_MASK)
 
 
+def _ring_sim(j):
+    return j & (RING - 1)
+
+
+def _below_sim(a, n):
+    return 0 <= a < n
+
+
+@cuda.jit(device=True, inline=True)
+def _any_lane_sim(pred):
+    return cuda.syncthreads_or(int32(1) if pred else int32(0)) != 0
+
+
 @cuda.jit(device=True, inline=True)
 def _sync_band_sim():
     cuda.syncthreads()
 
 
+ring = _ring_sim if SIMULATED else _ring_gpu
+below = _below_sim if SIMULATED else _below_gpu
+any_lane = _any_lane_sim if SIMULATED else _any_lane_gpu
 sync_band = _sync_band_sim if SIMULATED else _sync_band_gpu
+
+
+@cuda.jit(device=True, inline=True)
+def handoff(hand, row, col0, limit, pref, grp, empty):
+    """Take one group of ``G`` boundary values into ``grp`` and prefetch the next group.
+
+    Lanes ``0 .. G - 1`` hold in ``pref`` the bits of columns ``col0 + lane`` of the boundary
+    row that starts at flat index ``row`` of ``hand`` (read one group earlier; columns
+    ``>= limit`` do not exist and read as ``empty``).  Wait until all are written (re-reading
+    the missing ones), store them in the shared array ``grp`` for the group's steps, and
+    return the bits of each lane's column in the next group, read now so that the read's
+    latency overlaps this group's steps.  The prefetch is issued after the last barrier, which
+    therefore never waits for it.
+    """
+    tid = cuda.threadIdx.x
+    col = col0 + tid
+    mine = (tid < G) & (col < limit)
+    while any_lane(mine & (pref == SENTINEL)):
+        if mine & (pref == SENTINEL):
+            pref = cuda.atomic.add(hand, row + col, 0)
+    sync_band()  # every lane is done with the previous group
+    if tid < G:
+        grp[tid] = from_bits(pref) if mine else empty
+    sync_band()
+    if (tid < G) & (col + G < limit):
+        pref = cuda.atomic.add(hand, row + col + G, 0)
+    return pref
+
+
+@cuda.jit(device=True, inline=True)
+def _col8(A, r0, i0, N, jc):
+    """Rows ``i0 + r0 .. i0 + r0 + 7`` of column ``jc`` of the 2-D array ``A`` (rows clamped to
+    ``N - 1``): eight independent loads, issued back to back, into registers."""
+    n1 = N - 1
+    return (
+        A[min(i0 + r0, n1), jc],
+        A[min(i0 + r0 + 1, n1), jc],
+        A[min(i0 + r0 + 2, n1), jc],
+        A[min(i0 + r0 + 3, n1), jc],
+        A[min(i0 + r0 + 4, n1), jc],
+        A[min(i0 + r0 + 5, n1), jc],
+        A[min(i0 + r0 + 6, n1), jc],
+        A[min(i0 + r0 + 7, n1), jc],
+    )
+
+
+@cuda.jit(device=True, inline=True)
+def _put8(blk, plane, r0, v, i0, N, col_ok, base, sgn, zero):
+    """Store :func:`_col8`'s values of rows ``r0 ..`` in ring slots ``base + sgn * r`` of
+    ``blk[plane]`` (zero for rows past ``N - 1`` or a column that does not exist)."""
+    blk[plane, r0, ring(base + sgn * r0)] = v[0] if (col_ok and i0 + r0 < N) else zero
+    blk[plane, r0 + 1, ring(base + sgn * (r0 + 1))] = v[1] if (col_ok and i0 + r0 + 1 < N) else zero
+    blk[plane, r0 + 2, ring(base + sgn * (r0 + 2))] = v[2] if (col_ok and i0 + r0 + 2 < N) else zero
+    blk[plane, r0 + 3, ring(base + sgn * (r0 + 3))] = v[3] if (col_ok and i0 + r0 + 3 < N) else zero
+    blk[plane, r0 + 4, ring(base + sgn * (r0 + 4))] = v[4] if (col_ok and i0 + r0 + 4 < N) else zero
+    blk[plane, r0 + 5, ring(base + sgn * (r0 + 5))] = v[5] if (col_ok and i0 + r0 + 5 < N) else zero
+    blk[plane, r0 + 6, ring(base + sgn * (r0 + 6))] = v[6] if (col_ok and i0 + r0 + 6 < N) else zero
+    blk[plane, r0 + 7, ring(base + sgn * (r0 + 7))] = v[7] if (col_ok and i0 + r0 + 7 < N) else zero
+
+
+@cuda.jit(device=True, inline=True)
+def _feat16(A, first, lim, dc):
+    """Feature ``dc`` of rows ``first, first + 2, .., first + 30`` of the 2-D array ``A`` (rows
+    clamped to ``lim``): sixteen independent loads, issued back to back."""
+    return (
+        A[min(first, lim), dc],
+        A[min(first + 2, lim), dc],
+        A[min(first + 4, lim), dc],
+        A[min(first + 6, lim), dc],
+        A[min(first + 8, lim), dc],
+        A[min(first + 10, lim), dc],
+        A[min(first + 12, lim), dc],
+        A[min(first + 14, lim), dc],
+        A[min(first + 16, lim), dc],
+        A[min(first + 18, lim), dc],
+        A[min(first + 20, lim), dc],
+        A[min(first + 22, lim), dc],
+        A[min(first + 24, lim), dc],
+        A[min(first + 26, lim), dc],
+        A[min(first + 28, lim), dc],
+        A[min(first + 30, lim), dc],
+    )
+
+
+@cuda.jit(device=True, inline=True)
+def _put16(sh, dd, rh, v, first, lim, d_ok):
+    """Store :func:`_feat16`'s values as float64 in ``sh[dd, rh + 2 q]`` (zero where the row is
+    past ``lim`` or the feature does not exist)."""
+    for q in range(16):
+        sh[dd, rh + 2 * q] = float64(v[q]) if (d_ok and first + 2 * q <= lim) else 0.0
 
 
 def _build_forward(fused: bool, fast: bool):
@@ -359,147 +387,284 @@ def _build_forward(fused: bool, fast: bool):
     inputs; float64 inputs get float64 throughout.
     """
     softmin3 = _softmin3_fast if fast else _softmin3
-    constants = _constants_fast if fast else _constants
     # The staged block holds the cost and then the weights.  float32 suffices when both are
     # float32 anyway (unfused float32 cost, float32 weights): half the shared memory, so twice
     # the resident blocks per SM.  Fused distances are float64 and need the float64 block.
     blk_t = float32 if (fast and not fused) else float64
+    w_t = float32 if fast else float64  # the upper weights' own block (half size when fast)
+    zero = blk_t(0.0)
+
+    @cuda.jit(device=True, inline=True)
+    def step(blk, wup, Rb, own, tid, s, sl, top, st, lead, width, pub, scale, xch):
+        """One anti-diagonal step of one lane: column ``s - tid`` of its row, ring slot ``sl``.
+
+        ``st`` = (r_diag, r_left, up_next): R of the diagonal and left neighbours and what the
+        lane above shuffled down last step; ``top`` is the row above the band at this column
+        (lane 0's upper neighbour).  Branch-free: invalid cells select +inf and zero weights.
+        """
+        r_diag, r_left, up_next = st
+        if fused:
+            cost = blk[0, tid, sl]  # already scaled
+        else:
+            cost = float64(blk[0, tid, sl]) * scale
+        m2 = _min2(r_diag, r_left)  # off the chain: known a step early
+        mm2 = _min2(m2, BIG)
+        up = top if tid == 0 else up_next
+        rv, pd, pu = softmin3(r_diag, r_left, m2, mm2, up, cost)
+        ok = below(s - lead, width)
+        r = rv if ok else INF
+        blk[0, tid, sl] = blk_t(pd) if ok else zero
+        wup[tid, sl] = w_t(pu) if ok else w_t(0.0)
+        j = s - tid
+        if below(j, pub):
+            Rb[uint64(own + j)] = as_bits(r)
+        return up, r, from_prev_lane(r, xch, s & 1)
+
+    @cuda.jit(device=True, inline=True)
+    def stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh):
+        """Features ``d0 .. d0 + DC - 1`` of the band's rows and of columns ``jn0 ..`` into
+        ``xsh``/``ysh`` (float64; lanes (dd, rh) take feature ``d0 + dd`` of rows rh, rh + 2, ..
+        with all 32 loads issued before the first store)."""
+        d = d0 + dd
+        dc = min(d, D - 1)
+        fx = _feat16(Xb, i0 + rh, N - 1, dc)
+        fy = _feat16(Yb, jn0 + rh, M - 1, dc)
+        sync_band()  # every lane is done with the previous pass
+        _put16(xsh, dd, rh, fx, i0 + rh, N - 1, d < D)
+        _put16(ysh, dd, rh, fy, jn0 + rh, M - 1, d < D)
+        sync_band()
+
+    @cuda.jit(device=True, inline=True)
+    def products(acc, xsh, ysh, e, tid, yy):
+        """Add staged feature ``e``'s products ``x_r y`` (all rows r, this lane's column) to
+        ``acc`` and ``y^2`` to ``yy``."""
+        yv = ysh[e, tid]
+        for r in range(TB):
+            acc[r] += xsh[e, r] * yv
+        return yy + yv * yv
+
+    @cuda.jit(device=True, inline=True)
+    def group(
+        blk, wup, Rb, own, tid, s0, grp, st, lead, width, pub, scale, xch, acc, xsh, ysh, yy, live
+    ):
+        """The G (= 8) steps of one group, unrolled by hand: constant slot offsets, and the row
+        above read into registers up front, off the steps' dependency chain.  With ``live``
+        (a compile-time constant at each call) each step is followed by two staged features'
+        products for the next chunk's distances: independent work that fills the issue slots
+        the steps' dependency chain leaves idle."""
+        sb = ring(s0)  # a multiple of G: the group's slots are sb .. sb + G - 1
+        t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
+        t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
+        st = step(blk, wup, Rb, own, tid, s0, sb, t0, st, lead, width, pub, scale, xch)
+        if live:
+            yy = products(acc, xsh, ysh, 0, tid, products(acc, xsh, ysh, 1, tid, yy))
+        st = step(blk, wup, Rb, own, tid, s0 + 1, sb + 1, t1, st, lead, width, pub, scale, xch)
+        if live:
+            yy = products(acc, xsh, ysh, 2, tid, products(acc, xsh, ysh, 3, tid, yy))
+        st = step(blk, wup, Rb, own, tid, s0 + 2, sb + 2, t2, st, lead, width, pub, scale, xch)
+        if live:
+            yy = products(acc, xsh, ysh, 4, tid, products(acc, xsh, ysh, 5, tid, yy))
+        st = step(blk, wup, Rb, own, tid, s0 + 3, sb + 3, t3, st, lead, width, pub, scale, xch)
+        if live:
+            yy = products(acc, xsh, ysh, 6, tid, products(acc, xsh, ysh, 7, tid, yy))
+        st = step(blk, wup, Rb, own, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
+        if live:
+            yy = products(acc, xsh, ysh, 8, tid, products(acc, xsh, ysh, 9, tid, yy))
+        st = step(blk, wup, Rb, own, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
+        if live:
+            yy = products(acc, xsh, ysh, 10, tid, products(acc, xsh, ysh, 11, tid, yy))
+        st = step(blk, wup, Rb, own, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
+        if live:
+            yy = products(acc, xsh, ysh, 12, tid, products(acc, xsh, ysh, 13, tid, yy))
+        st = step(blk, wup, Rb, own, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
+        if live:
+            yy = products(acc, xsh, ysh, 14, tid, products(acc, xsh, ysh, 15, tid, yy))
+        return st, yy
+
+    @cuda.jit(device=True, inline=True)
+    def distances(acc, yy, xn, blk, i0, N, M, jl, scale):
+        """Scaled squared distances of column ``jl`` (this lane's) to the band's rows, from the
+        accumulated products, into the ring (zero outside the table)."""
+        for r in range(TB):
+            v = xn[r] + yy - 2.0 * acc[r]
+            v = max(v, 0.0) * scale
+            blk[0, r, ring(jl + r)] = v if (i0 + r < N and jl < M) else 0.0
 
     @cuda.jit
-    def forward(X, Y, XX, YY, N, M, D, gamma, lo, hi, P, Rb, tick, out, store):
+    def forward(X, Y, N, M, D, gamma, lo, hi, P, Rb, out, store):
         """One block per (band, pair).
 
-        unfused: X = cost (B, N, M), Y/XX/YY unused.
-        fused:   X (B, N, D), Y (B, M, D), XX (B, N) = |x|^2, YY (B, M) = |y|^2 (float64).
-        P (B, 2, N, M) weights (written iff ``store``), Rb (B, nb, M + 1) int64 boundary rows
-        (float64 bits, pre-filled with ``SENTINEL``), tick int32 [ticket], out (B,) loss.
+        unfused: X = cost (B, N, M), Y unused.
+        fused:   X (B, N, D), Y (B, M, D); the squared norms are computed here (float64).
+        P (B, 2, N, M) weights (written iff ``store``), Rb int64 boundary rows (B, nb, M + 1)
+        flattened, plus one element, the ticket counter (float64 bits / counter, all
+        pre-filled with ``SENTINEL``), out (B,) loss (any float dtype).
+
+        Row ``r`` of the band keeps column ``j`` in ring slot ``(j + r) % RING``, which is
+        ``s % RING`` at the step ``s = j + r`` that computes it: the step's slot is the same for
+        every lane and a constant offset within a group.  Rows are padded to ``RING + 1``
+        entries so that the lanes' accesses fall in distinct banks.
         """
         tid = cuda.threadIdx.x
         B = out.shape[0]
         nb = (N + TB - 1) // TB
-        sm_a, sm_b = constants(gamma)  # what softmin3 takes besides the three values
-        zero = blk_t(0.0)
+        scale = LOG2E / gamma  # R' = R log2(e) / gamma: see _softmin3
         tk = cuda.shared.array(1, int32)
-        t = _take_ticket(tick, tk)
+        t = _take_ticket(Rb, tk)
         k = t // B
         b = t - k * B
         i0 = k * TB
         i = i0 + tid
-        row_ok = i < N
-        publish = tid == TB - 1 and k < nb - 1
-        # blk[0] holds the cost, overwritten by p_diag; blk[1] gets p_up.  Columns live at
-        # ``j % RING``: a ring of two chunks (the band's skew spans two).
-        blk = cuda.shared.array((2, TB, RING), blk_t)
+        own = (b * nb + k) * (M + 1)  # this band's boundary row in the flat Rb
+        # This lane's row has cells at columns [jlo, jhi) (the band; none past row N - 1): at
+        # step s it computes column s - tid, a cell iff below(s - lead, width).
+        jlo = max(i - lo, 0)
+        jhi = min(i + hi + 1, M)
+        width = jhi - jlo if (i < N and jhi > jlo) else 0
+        lead = jlo + tid
+        # The lane of the band's last row publishes it for the band below (the last band's,
+        # row N - 1, is where the loss is read at the end).
+        pub = M if tid == min(TB - 1, N - 1 - i0) else 0
+        blk = cuda.shared.array((1, TB, RING1), blk_t)  # cost, then p_diag
+        wup = cuda.shared.array((TB, RING1), w_t)  # p_up
         grp = cuda.shared.array(G, float64)
         xch = cuda.shared.array((2, TB), float64)
+        acc = cuda.local.array(TB, float64)  # products of the next chunk's distances (fused)
         if fused:
             xsh = cuda.shared.array((DC, TB1), float64)
             ysh = cuda.shared.array((DC, TW1), float64)
+        else:
+            xsh = cuda.shared.array((1, 1), float64)  # placeholders: never read when unfused
+            ysh = xsh
+        if fused:
+            xn = cuda.shared.array(TB, float64)  # |x_i|^2 of the band's rows
+            xx = 0.0
+            ii = min(i, N - 1)
+            for d in range(D):
+                xv = float64(X[b, ii, d])
+                xx += xv * xv
+            xn[tid] = xx  # read after the staging's first barrier
         if tid < G:
             grp[tid] = INF  # the top band's row above (k > 0 overwrites it group by group)
-        gval = INF  # this lane's boundary value of the current group (GPU path)
-        up_next = INF
-        r_left = INF
-        r_diag = INF
-        r_last = INF
-        if k == 0 and tid == 0:
-            r_diag = 0.0  # R[-1, -1] = 0
+        # (r_diag, r_left, up_next); R[-1, -1] = 0 is lane 0's first diagonal in the top band
+        st = (0.0 if (k == 0 and tid == 0) else INF, INF, INF)
         pref = SENTINEL
         if k > 0 and tid < G and tid < M:
-            pref = cuda.atomic.add(Rb, (b, k - 1, tid), 0)
+            pref = cuda.atomic.add(Rb, own - (M + 1) + tid, 0)
         nchunks = (M + TB - 1 + TW - 1) // TW
+        dd = tid % DC  # fused staging: lane (dd, rh) takes feature dd of rows rh, rh + 2, ..
+        rh = tid // DC
+        yy = 0.0
+        if fused:
+            Xb = X[b]  # this pair's (N, D) and (M, D) sequences
+            Yb = Y[b]
+            # Chunk 0's distances up front; chunk c + 1's are computed during chunk c's steps.
+            for r in range(TB):
+                acc[r] = 0.0
+            for d0 in range(0, D, DC):
+                stage_pass(Xb, Yb, xsh, ysh, i0, 0, N, M, D, d0, dd, rh)
+                for e in range(DC):
+                    yy = products(acc, xsh, ysh, e, tid, yy)
+            distances(acc, yy, xn, blk, i0, N, M, tid, scale)
+        else:
+            Xb = X[b]  # this pair's (N, M) cost
+            Yb = Xb
+            jn = min(tid, M - 1)
+            a0, a1 = _col8(Xb, 0, i0, N, jn), _col8(Xb, 8, i0, N, jn)
+            a2, a3 = _col8(Xb, 16, i0, N, jn), _col8(Xb, 24, i0, N, jn)
         for c in range(nchunks):
             j0 = c * TW
             jl = j0 + tid  # the column this thread stages
-            ql = ring(jl)
-            if j0 < M:
-                # Loads are unconditional (clamped indices, zero selected afterwards) so that
-                # they issue back to back instead of one round trip each.
-                jc = min(jl, M - 1)
-                if fused:
-                    acc = cuda.local.array(TB, float64)
-                    for r in range(TB):
-                        acc[r] = 0.0
-                    dd = tid % DC
-                    rh = tid // DC
-                    for d0 in range(0, D, DC):
-                        d = d0 + dd
-                        dc = min(d, D - 1)
-                        sync_band()
-                        for q in range(DC):  # TB // DC rows per pass over the lanes
-                            r = rh + (TB // DC) * q
-                            xv = float64(X[b, min(i0 + r, N - 1), dc])
-                            yv = float64(Y[b, min(j0 + r, M - 1), dc])
-                            xsh[dd, r] = xv if (d < D and i0 + r < N) else 0.0
-                            ysh[dd, r] = yv if (d < D and j0 + r < M) else 0.0
-                        sync_band()
-                        for e in range(DC):
-                            yv = ysh[e, tid]
-                            for r in range(TB):
-                                acc[r] += xsh[e, r] * yv
-                    yy = YY[b, jc]
-                    for r in range(TB):
-                        v = XX[b, min(i0 + r, N - 1)] + yy - 2.0 * acc[r]
-                        if v < 0.0:
-                            v = 0.0
-                        blk[0, r, ql] = v if (i0 + r < N and jl < M) else 0.0
-                else:
-                    for r0 in range(0, TB, 4):
-                        v0 = X[b, min(i0 + r0, N - 1), jc]
-                        v1 = X[b, min(i0 + r0 + 1, N - 1), jc]
-                        v2 = X[b, min(i0 + r0 + 2, N - 1), jc]
-                        v3 = X[b, min(i0 + r0 + 3, N - 1), jc]
-                        blk[0, r0, ql] = v0 if (i0 + r0 < N and jl < M) else zero
-                        blk[0, r0 + 1, ql] = v1 if (i0 + r0 + 1 < N and jl < M) else zero
-                        blk[0, r0 + 2, ql] = v2 if (i0 + r0 + 2 < N and jl < M) else zero
-                        blk[0, r0 + 3, ql] = v3 if (i0 + r0 + 3 < N and jl < M) else zero
+            jn0 = j0 + TW  # the next chunk's first column
+            if not fused:
+                # The registers hold chunk c (loaded one chunk ago): into the ring, then load
+                # chunk c + 1, in flight during this chunk's steps (clamped, harmless past M).
+                _put8(blk, 0, 0, a0, i0, N, jl < M, jl, 1, zero)
+                _put8(blk, 0, 8, a1, i0, N, jl < M, jl, 1, zero)
+                _put8(blk, 0, 16, a2, i0, N, jl < M, jl, 1, zero)
+                _put8(blk, 0, 24, a3, i0, N, jl < M, jl, 1, zero)
+                jn = min(jl + TW, M - 1)
+                a0, a1 = _col8(Xb, 0, i0, N, jn), _col8(Xb, 8, i0, N, jn)
+                a2, a3 = _col8(Xb, 16, i0, N, jn), _col8(Xb, 24, i0, N, jn)
             sync_band()
-            for kk in range(TW):
-                s = j0 + kk
-                if k > 0 and kk % G == 0:
-                    gval, pref = handoff(Rb, b, k - 1, s, M, pref, gval, grp)
-                j = s - tid
-                # Branch-free step: every lane computes, invalid cells select +inf / zero.
-                # Cells outside [0, M) write their ring slot harmlessly: j < 0 only in chunk 0
-                # (slots of the unused second half), j >= M only in chunks never written out.
-                q = ring(j)
-                top = group_value(gval, in_group(kk), grp)
-                up = top if tid == 0 else up_next
-                m, pd, pu = softmin3(r_diag, up, r_left, sm_a, sm_b)
-                dj = j - i
-                ok = row_ok & (j >= 0) & (j < M) & (dj >= -lo) & (dj <= hi)  # no short circuit
-                cost = blk[0, tid, q]  # loaded unconditionally (no branch around it)
-                r = cost + m if ok else INF
-                blk[0, tid, q] = blk_t(pd) if ok else zero
-                blk[1, tid, q] = blk_t(pu) if ok else zero
-                # Lane TB - 1 publishes its cell; the other lanes (and columns outside the row)
-                # store into the scratch slot M: one store instruction, no branch.
-                Rb[b, k, uint32(j if (publish & (j >= 0) & (j < M)) else M)] = as_bits(r)
-                r_last = r if j == M - 1 else r_last
-                r_left = r
-                r_diag = up
-                up_next = from_prev_lane(r, xch, s & 1)
+            for r in range(TB):
+                acc[r] = 0.0
+            yy = 0.0
+            for gq in range(TW // G):
+                s0 = j0 + gq * G
+                if k > 0:
+                    pref = handoff(Rb, own - (M + 1), s0, M, pref, grp, INF)
+                # fused: group gq also does pass gq (features gq * DC ..) of chunk c + 1
+                if fused and jn0 < M and gq * DC < D:
+                    stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, gq * DC, dd, rh)
+                    st, yy = group(
+                        blk,
+                        wup,
+                        Rb,
+                        own,
+                        tid,
+                        s0,
+                        grp,
+                        st,
+                        lead,
+                        width,
+                        pub,
+                        scale,
+                        xch,
+                        acc,
+                        xsh,
+                        ysh,
+                        yy,
+                        True,
+                    )
+                else:
+                    st, yy = group(
+                        blk,
+                        wup,
+                        Rb,
+                        own,
+                        tid,
+                        s0,
+                        grp,
+                        st,
+                        lead,
+                        width,
+                        pub,
+                        scale,
+                        xch,
+                        acc,
+                        xsh,
+                        ysh,
+                        yy,
+                        False,
+                    )
+            if fused and jn0 < M:
+                for d0 in range((TW // G) * DC, D, DC):  # features past the groups' passes
+                    stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh)
+                    for e in range(DC):
+                        yy = products(acc, xsh, ysh, e, tid, yy)
             sync_band()
             # Chunk c - 1 is complete now: write its weights out, coalesced along columns.
             if store and c > 0:
                 jp = j0 - TW + tid
-                qp = ring(jp)
                 if jp < M:
                     for r in range(TB):
                         if i0 + r < N:
-                            P[b, 0, i0 + r, jp] = blk[0, r, qp]
-                            P[b, 1, i0 + r, jp] = blk[1, r, qp]
+                            P[b, 0, i0 + r, jp] = blk[0, r, ring(jp + r)]
+                            P[b, 1, i0 + r, jp] = wup[r, ring(jp + r)]
             sync_band()
+            if fused and jn0 < M:
+                # chunk c + 1's distances, into chunk c - 1's slots (written out just above)
+                distances(acc, yy, xn, blk, i0, N, M, jn0 + tid, scale)
         if i == N - 1:
-            out[b] = r_last
+            out[b] = from_bits(Rb[own + M - 1]) * (gamma * LN2)  # this lane's own store
         if store:
             jp = (nchunks - 1) * TW + tid
-            qp = ring(jp)
             if jp < M:
                 for r in range(TB):
                     if i0 + r < N:
-                        P[b, 0, i0 + r, jp] = blk[0, r, qp]
-                        P[b, 1, i0 + r, jp] = blk[1, r, qp]
+                        P[b, 0, i0 + r, jp] = blk[0, r, ring(jp + r)]
+                        P[b, 1, i0 + r, jp] = wup[r, ring(jp + r)]
 
     return forward
 
@@ -508,103 +673,137 @@ def _build_backward(fast: bool):
     """Backward kernel; ``fast`` (float32 weights) stages them in a float32 block."""
     blk_t = float32 if fast else float64
 
+    @cuda.jit(device=True, inline=True)
+    def write_e(P, blk, sums, b, i0, N, M, pp, want_sums):
+        """Write position ``pp``'s column of the band's E out (coalesced along columns) and, if
+        ``want_sums``, add its sum over the band's rows to ``sums[b, N + j]``."""
+        jp = M - 1 - pp
+        if jp >= 0:
+            cs = 0.0
+            for r in range(TB):
+                if i0 + r < N:
+                    ev = blk[1, r, ring(pp + TB - 1 - r)]
+                    P[b, 1, i0 + r, jp] = ev
+                    cs += float64(ev)
+            if want_sums:
+                cuda.atomic.add(sums, (b, N + jp), cs)
+
+    @cuda.jit(device=True, inline=True)
+    def step(blk, Gb, own, tid, s, sl, bot, st, lag, width, pub, xch):
+        """One step of one lane: position ``s - lag`` of its row, ring slot ``sl``.
+
+        ``st`` = (e_left, d_prev, inc_next, rs): the "from the right" term, this lane's previous
+        ``E p_diag``, what the lane below shuffled up last step, and the row's sum of E so far;
+        ``bot`` is what the band below hands over at this position (the last lane's ``inc``).
+        """
+        e_left, d_prev, inc_next, rs = st
+        inc = bot if tid == TB - 1 else inc_next
+        p = s - lag
+        ok = below(p, width)
+        pd = float64(blk[0, tid, sl])
+        pu = float64(blk[1, tid, sl])
+        e = e_left + inc if ok else 0.0
+        blk[1, tid, sl] = blk_t(e)
+        v = e * pu + d_prev
+        e_left = e * (1.0 - pd - pu) if ok else e_left
+        if below(p, pub):
+            Gb[uint64(own + p)] = as_bits(v)
+        return e_left, e * pd, from_next_lane(v, xch, s & 1), rs + e
+
     @cuda.jit
-    def backward(P, N, M, gout, Gb, tick):
-        """Expected alignment, written in place: ``P[:, 1] <- E * gout``.
+    def backward(P, N, M, gout, Gb, sums):
+        """Expected alignment, written in place: ``P[:, 1] <- E * gout``; if ``sums`` is
+        (B, N + M) float64 zeros (not a (1, 1) placeholder), also its row sums ``sums[:, :N]``
+        and column sums ``sums[:, N:]``.
 
         Columns run right to left: *position* ``p = M - 1 - j``.  Lane ``t`` at step ``s``
         handles position ``s - (TB - 1 - t)`` (the bottom row leads).  Pull form:
         ``E[i, j] = E[i, j+1] p_left(i, j+1) + E[i+1, j] p_up(i+1, j)
         + E[i+1, j+1] p_diag(i+1, j+1)``.  Lane ``t`` hands lane ``t - 1`` the sum of the last two
         terms it owes it (``v``); the top lane hands the same ``v`` to the band above through
-        ``Gb`` (B, nb, M + 1) int64 (float64 bits by position, pre-filled with ``SENTINEL``).
+        ``Gb`` ((B, nb, M + 1) int64 flattened, float64 bits by position, then the ticket; all
+        pre-filled with ``SENTINEL``).
+        Row ``r`` keeps position ``p`` in ring slot ``(p + TB - 1 - r) % RING`` (= ``s % RING``,
+        as in the forward).
         """
         tid = cuda.threadIdx.x
         B = gout.shape[0]
         nb = (N + TB - 1) // TB
         zero = blk_t(0.0)
         tk = cuda.shared.array(1, int32)
-        t = _take_ticket(tick, tk)
+        t = _take_ticket(Gb, tk)
         kr = t // B
         k = nb - 1 - kr
         b = t - kr * B
         i0 = k * TB
         i = i0 + tid
-        row_ok = i < N
-        publish = tid == 0 and k > 0
-        last_row = i == N - 1
-        blk = cuda.shared.array((2, TB, RING), blk_t)
+        own = (b * nb + k) * (M + 1)  # this band's boundary row in the flat Gb
+        width = M if i < N else 0
+        lag = TB - 1 - tid
+        pub = M if (tid == 0 and k > 0) else 0  # lane 0 hands its v to the band above
+        blk = cuda.shared.array((2, TB, RING1), blk_t)
         grp = cuda.shared.array(G, float64)
         xch = cuda.shared.array((2, TB), float64)
         if tid < G:
             grp[tid] = 0.0  # the bottom band's row below (others overwrite it group by group)
-        gval = 0.0
-        inc_next = 0.0
-        e_left = 0.0
-        d_prev = 0.0
-        g = gout[b]
+        # (e_left, d_prev, inc_next, rs); E[N-1, M-1] = gout enters as the "from the right"
+        # term of position 0.
+        st = (float64(gout[b]) if i == N - 1 else 0.0, 0.0, 0.0, 0.0)
+        want_sums = sums.shape[1] == N + M
         below_ok = k < nb - 1
         pref = SENTINEL
         if below_ok and tid < G and tid < M:
-            pref = cuda.atomic.add(Gb, (b, k + 1, tid), 0)
+            pref = cuda.atomic.add(Gb, own + (M + 1) + tid, 0)
         nchunks = (M + TB - 1 + TW - 1) // TW
+        Pd = P[b, 0]  # this pair's weights, (N, M) each
+        Pu = P[b, 1]
+        jn = max(M - 1 - tid, 0)
+        d0, d1 = _col8(Pd, 0, i0, N, jn), _col8(Pd, 8, i0, N, jn)
+        d2, d3 = _col8(Pd, 16, i0, N, jn), _col8(Pd, 24, i0, N, jn)
+        u0, u1 = _col8(Pu, 0, i0, N, jn), _col8(Pu, 8, i0, N, jn)
+        u2, u3 = _col8(Pu, 16, i0, N, jn), _col8(Pu, 24, i0, N, jn)
         for c in range(nchunks):
-            s0 = c * TW
-            pl = s0 + tid  # the position this thread stages
+            s0c = c * TW
+            pl = s0c + tid  # the position this thread stages
             jl = M - 1 - pl
-            ql = ring(pl)
-            if s0 < M:
-                jc = max(jl, 0)
-                for r0 in range(0, TB, 2):
-                    d0 = P[b, 0, min(i0 + r0, N - 1), jc]
-                    u0 = P[b, 1, min(i0 + r0, N - 1), jc]
-                    d1 = P[b, 0, min(i0 + r0 + 1, N - 1), jc]
-                    u1 = P[b, 1, min(i0 + r0 + 1, N - 1), jc]
-                    ok0 = i0 + r0 < N and jl >= 0
-                    ok1 = i0 + r0 + 1 < N and jl >= 0
-                    blk[0, r0, ql] = d0 if ok0 else zero
-                    blk[1, r0, ql] = u0 if ok0 else zero
-                    blk[0, r0 + 1, ql] = d1 if ok1 else zero
-                    blk[1, r0 + 1, ql] = u1 if ok1 else zero
+            # as in the forward: registers (chunk c) into the ring, then load chunk c + 1
+            col_ok = jl >= 0
+            _put8(blk, 0, 0, d0, i0, N, col_ok, pl + TB - 1, -1, zero)
+            _put8(blk, 0, 8, d1, i0, N, col_ok, pl + TB - 1, -1, zero)
+            _put8(blk, 0, 16, d2, i0, N, col_ok, pl + TB - 1, -1, zero)
+            _put8(blk, 0, 24, d3, i0, N, col_ok, pl + TB - 1, -1, zero)
+            _put8(blk, 1, 0, u0, i0, N, col_ok, pl + TB - 1, -1, zero)
+            _put8(blk, 1, 8, u1, i0, N, col_ok, pl + TB - 1, -1, zero)
+            _put8(blk, 1, 16, u2, i0, N, col_ok, pl + TB - 1, -1, zero)
+            _put8(blk, 1, 24, u3, i0, N, col_ok, pl + TB - 1, -1, zero)
+            jn = max(jl - TW, 0)
+            d0, d1 = _col8(Pd, 0, i0, N, jn), _col8(Pd, 8, i0, N, jn)
+            d2, d3 = _col8(Pd, 16, i0, N, jn), _col8(Pd, 24, i0, N, jn)
+            u0, u1 = _col8(Pu, 0, i0, N, jn), _col8(Pu, 8, i0, N, jn)
+            u2, u3 = _col8(Pu, 16, i0, N, jn), _col8(Pu, 24, i0, N, jn)
             sync_band()
-            for kk in range(TW):
-                s = s0 + kk
-                if below_ok and kk % G == 0:
-                    gval, pref = handoff(Gb, b, k + 1, s, M, pref, gval, grp)
-                p = s - (TB - 1 - tid)
-                q = ring(p)
-                below = group_value(gval, in_group(kk), grp)
-                inc = below if tid == TB - 1 else inc_next
-                ok = row_ok & (p >= 0) & (p < M)
-                pd = float64(blk[0, tid, q])
-                pu = float64(blk[1, tid, q])
-                e = e_left + inc
-                e = e + g if (last_row & (p == 0)) else e
-                e = e if ok else 0.0
-                blk[1, tid, q] = blk_t(e)
-                v = e * pu + d_prev if ok else 0.0
-                d_prev = e * pd if ok else 0.0
-                e_left = e * (1.0 - pd - pu) if ok else 0.0
-                # the scratch slot M again: no branch
-                Gb[b, k, uint32(p if (publish & ok) else M)] = as_bits(v)
-                inc_next = from_next_lane(v, xch, s & 1)
+            for gq in range(TW // G):
+                s0 = s0c + gq * G
+                if below_ok:
+                    pref = handoff(Gb, own + (M + 1), s0, M, pref, grp, 0.0)
+                sb = ring(s0)
+                t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]  # unrolled as in the forward
+                t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
+                st = step(blk, Gb, own, tid, s0, sb, t0, st, lag, width, pub, xch)
+                st = step(blk, Gb, own, tid, s0 + 1, sb + 1, t1, st, lag, width, pub, xch)
+                st = step(blk, Gb, own, tid, s0 + 2, sb + 2, t2, st, lag, width, pub, xch)
+                st = step(blk, Gb, own, tid, s0 + 3, sb + 3, t3, st, lag, width, pub, xch)
+                st = step(blk, Gb, own, tid, s0 + 4, sb + 4, t4, st, lag, width, pub, xch)
+                st = step(blk, Gb, own, tid, s0 + 5, sb + 5, t5, st, lag, width, pub, xch)
+                st = step(blk, Gb, own, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
+                st = step(blk, Gb, own, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
             sync_band()
             if c > 0:
-                pp = s0 - TW + tid
-                jp = M - 1 - pp
-                qp = ring(pp)
-                if jp >= 0:
-                    for r in range(TB):
-                        if i0 + r < N:
-                            P[b, 1, i0 + r, jp] = blk[1, r, qp]
+                write_e(P, blk, sums, b, i0, N, M, s0c - TW + tid, want_sums)
             sync_band()
-        pp = (nchunks - 1) * TW + tid
-        jp = M - 1 - pp
-        qp = ring(pp)
-        if jp >= 0:
-            for r in range(TB):
-                if i0 + r < N:
-                    P[b, 1, i0 + r, jp] = blk[1, r, qp]
+        write_e(P, blk, sums, b, i0, N, M, (nchunks - 1) * TW + tid, want_sums)
+        if want_sums and i < N:
+            sums[b, i] = st[3]
 
     return backward
 

@@ -171,17 +171,11 @@ def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _ticket(device: torch.device) -> torch.Tensor:
-    return torch.zeros(1, dtype=torch.int32, device=device)
-
-
 def _boundary(B: int, nb: int, M: int, device: torch.device) -> torch.Tensor:
-    """Boundary rows between bands: (B, nb, M + 1) int64 float64 bits, all ``SENTINEL``.
-
-    Column ``M`` is a scratch slot that the lanes which do not publish write into, so that the
-    publishing store needs no branch.
-    """
-    return torch.full((B, nb, M + 1), K.SENTINEL, dtype=torch.int64, device=device)
+    """Boundary rows between bands, (B, nb, M + 1) int64 float64 bits flattened, then one
+    element for the blocks' ticket counter; all ``SENTINEL`` (one fill, no second buffer).
+    Row (b, k) is band k's last row; column ``M`` is padding."""
+    return torch.full((B * nb * (M + 1) + 1,), K.SENTINEL, dtype=torch.int64, device=device)
 
 
 def forward(
@@ -196,13 +190,13 @@ def forward(
 
     Parameters
     ----------
-    a : (B, N, M) cost (unfused, ``y is None``) or (B, N, D) x (fused).
+    a : (B, N, M) cost (unfused, ``y is None``) or (B, N, D) x (fused); float32 or float64.
     y : (B, M, D) or None.
     store : keep the weights ``P`` (B, 2, N, M) for a backward pass.
 
     Returns
     -------
-    values (B,) float64, and ``P`` or None.
+    values (B,) in ``a``'s dtype, and ``P`` or None.
     """
     fused = y is not None
     B, N = a.shape[0], a.shape[1]
@@ -211,16 +205,7 @@ def forward(
     dev = a.device
     nb = -(-N // K.TB)
     sdt = storage_dtype(a.dtype)
-    out = torch.empty(B, dtype=torch.float64, device=dev)
-    if fused:
-        # float64 squared norms, before the big buffers exist (the float64 copy is transient)
-        # and squared in place, so the step's peak stays at P + boundary rows.
-        xx = a.to(torch.float64, copy=True).pow_(2).sum(-1)  # copy=True: never touch the input
-        yy = y.to(torch.float64, copy=True).pow_(2).sum(-1)
-        args = (a, y, xx, yy)
-    else:
-        args = (a, a, out.view(1, B), out.view(1, B))  # unused slots, any arrays of the right rank
-    tick = _ticket(dev)
+    out = torch.empty(B, dtype=a.dtype, device=dev)
     Rb = _boundary(B, nb, M, dev)
     if store:
         P = torch.empty((B, 2, N, M), dtype=sdt, device=dev)
@@ -231,33 +216,36 @@ def forward(
         B * nb,
         K.TB,
         _stream(dev),
-        *args,
-        int(N),
-        int(M),
-        int(D),
+        a,
+        y if fused else a,  # unused slot when unfused
+        N,
+        M,
+        D,
         float(gamma),
-        int(lo),
-        int(hi),
+        lo,
+        hi,
         P,
         Rb,
-        tick,
         out,
-        bool(store),
+        store,
     )
     launch_counts["forward"] += 1
     return out, (P if store else None)
 
 
-def backward(P: torch.Tensor, grad_out: torch.Tensor) -> torch.Tensor:
-    """Overwrite ``P[:, 1]`` with ``E * grad_out`` and return that view, (B, N, M)."""
+def backward(
+    P: torch.Tensor, grad_out: torch.Tensor, sums: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Overwrite ``P[:, 1]`` with ``E * grad_out``; return that view (B, N, M) and, if ``sums``,
+    its row and column sums as one (B, N + M) tensor in ``P``'s dtype (else None)."""
     B, _, N, M = P.shape
     dev = P.device
     nb = -(-N // K.TB)
-    tick = _ticket(dev)
     Gb = _boundary(B, nb, M, dev)
-    g = grad_out.detach().to(torch.float64).contiguous()
-    _launcher(K.BACKWARD[P.dtype == torch.float32])(
-        B * nb, K.TB, _stream(dev), P, int(N), int(M), g, Gb, tick
-    )
+    g = grad_out.detach()
+    if g.dtype not in (torch.float32, torch.float64):
+        g = g.double()
+    S = torch.zeros((B, N + M) if sums else (1, 1), dtype=P.dtype, device=dev)
+    _launcher(K.BACKWARD[P.dtype == torch.float32])(B * nb, K.TB, _stream(dev), P, N, M, g, Gb, S)
     launch_counts["backward"] += 1
-    return P[:, 1]
+    return P[:, 1], (S if sums else None)
