@@ -11,6 +11,8 @@ sweep           device  grid
 ``fig1-dim``    cuda    B = 32, L = 256, D in 1, 2, 4, ..., 1024
 ``gamma``       auto    gamma in {1e-4, ..., 10}, B = 4, D = 64, N = M = 512 (128 on CPU);
                         forward + backward only: the point is the error vs float64
+``targets``     cuda    ours only, forward + backward, B = 32, D = 64, N = M in {2048, 1024,
+                        512}: the issue's speed targets, in one short run
 ``long``        cuda    ours only, B in {1, 8}, N = M in {4096, 8192, 16384}, D = 64,
                         and 32768 at B = 1 (skipped if predicted not to fit)
 ``cpu``         cpu     sdtw-cpu, torch, reference; B in {8, 32}, N = M in {32, 64, 128},
@@ -149,6 +151,12 @@ def _cpu(device: str, quick: bool) -> list[Config]:
     return _square((8, 32), (32, 64, 128), (1, 8))
 
 
+def _targets(device: str, quick: bool) -> list[Config]:
+    if quick:
+        return [Config(2, 40, 40, 3)]
+    return [Config(32, n, n, 64) for n in (2048, 1024, 512)]
+
+
 def _barycenter(device: str, quick: bool) -> list[Config]:
     if quick:
         return [Config(3, 10, 10, 3)]
@@ -186,6 +194,14 @@ SWEEPS: dict[str, Sweep] = {
             # not the oracle itself, nor the CPU-only peer (tslearn: tested, and in `cpu`)
             tuple(name for name in IMPLS if name not in ("reference", "tslearn")),
             _gamma,
+            modes=(FORWARD_BACKWARD,),
+        ),
+        Sweep(
+            "targets",
+            "issue #3's three speed targets: B = 32, D = 64, N = M in {2048, 1024, 512}, ours",
+            "cuda",
+            OURS_CUDA,
+            _targets,
             modes=(FORWARD_BACKWARD,),
         ),
         Sweep(
