@@ -180,7 +180,7 @@ def _io(B: int, N: int, M: int, D: int, s: int) -> int:
 
 def _boundary_rows(N: int, M: int) -> int:
     # sdtw's 8-byte boundary rows Rb / Gb per pair: ceil(N / TB) bands of M + 1 values (one
-    # scratch slot; TB = 32 in sdtw.cuda._kernels; not imported here, to keep numba out).
+    # padding slot; TB = 32 in sdtw.cuda._kernels; not imported here, to keep numba out).
     return 8 * math.ceil(N / 32) * (M + 1)
 
 

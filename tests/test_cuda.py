@@ -22,6 +22,7 @@ _SETTINGS = {
     (1, 33, 1, 2): (0.001, 3, False, torch.float32),
     (1, 33, 40, 3): (0.1, 2, False, torch.float64),
     (1, 65, 34, 2): (0.01, None, False, torch.float32),
+    (1, 33, 40, 70): (0.1, 5, False, torch.float64),
 }
 SIM_CASES = [(*shape, *_SETTINGS[shape]) for shape in SIM_SHAPES]
 TOL = {torch.float64: 1e-9, torch.float32: 1e-5}

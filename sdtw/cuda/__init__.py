@@ -12,8 +12,10 @@ buffer                        size                       lifetime
 ============================  =========================  ====================================
 weights ``P``                 ``2 s N M``                forward -> end of backward
 ``E`` (gradient wrt cost)     0 (written into ``P``)     backward
-boundary rows ``Rb``/``Gb``   ``8 ceil(N/32) (M + 1)``   one pass (about ``N M / 4`` bytes)
-norms, ticket, grads          O((N + M) D)               --
+boundary rows ``Rb``/``Gb``   ``8 ceil(N/32) (M + 1)``   one pass (about ``N M / 4`` bytes;
+                                                         the ticket counter is its last element)
+E's row/column sums (fused)   ``s (N + M)``              backward
+grads, their temporaries      O((N + M) D)               --
 cost (unfused only)           ``s N M`` (caller's)       caller
 ============================  =========================  ====================================
 

@@ -6,19 +6,36 @@ The (N, M) table of a pair is cut into *bands* of ``TB`` rows.  One thread block
 threads (one warp) owns one band, thread ``t`` owns row ``i0 + t``, and the block sweeps the
 band's columns as a skewed wavefront: at step ``s`` thread ``t`` computes column ``s - t``.
 The three DP neighbours come from the thread itself (left), from thread ``t - 1`` one step
-earlier (up) and two steps earlier (diagonal), passed by a warp shuffle.  Each step is
-branch-free (invalid cells select +inf and zero weights), and the staged columns live in a
-64-column ring of shared memory indexed by ``column % 64``.  Costs (or fused distances) are
-staged ``TW`` columns at a time with loads issued back to back; the weights go out coalesced one
-chunk later.  Lane 0 takes the row above the band from the boundary buffer ``Rb`` that lane
-``TB - 1`` of the band above writes cell by cell: values are float64 bits in an int64 buffer
-pre-filled with a sentinel, read ``G`` = 8 columns at a time, one group ahead, with atomic
-reads (L2) and a warp vote, so neither side waits on a counter or a fence (the band below runs
-~40-50 steps behind the band above, the minimum being 32).  Blocks take a *ticket* from an
-atomic counter and derive their (band, pair) from it, so a block only ever waits for blocks
-that started before it: no deadlock whatever order the hardware schedules blocks in, and the
-CUDA simulator (which runs blocks one at a time) works too.  One launch does the whole forward,
-one the whole backward: launches per step are O(1), not O(N + M).
+earlier (up) and two steps earlier (diagonal), passed by a warp shuffle.
+
+The step is what bounds the speed (one band's steps are a chain of dependent soft-mins), so
+it is kept short:
+
+* the DP runs in scaled base-2 units (``R log2(e) / gamma``), so the exponentials and the
+  logarithm are the bare ``ex2``/``lg2``/``rcp`` instructions (inline PTX, flush-to-zero: no
+  denormal fix-ups) with no multiply by ``1 / gamma`` on the chain;
+* only the upper neighbour (the shuffled value) is on the chain: the minimum of the other two
+  is formed a step early, and an unreachable cell (all three ``+inf``) needs no branch;
+* steps are unrolled by hand in groups of ``G`` = 8, and row ``r`` keeps column ``j`` in ring
+  slot ``(j + r) % 64`` (``= s % 64``, the same for every lane at a step), so a group's shared
+  memory accesses are one base register plus constant offsets;
+* invalid cells (band, table edges) select ``+inf`` and zero weights: no divergent branch.
+
+Costs (or fused distances) are staged ``TW`` = 32 columns (a *chunk*) at a time into the
+64-column ring; the weights go out coalesced one chunk later.  The unfused forward and the
+backward load the next chunk into registers while the current chunk's steps run.  The fused
+forward computes the next chunk's distances (float64 dot products of staged features) during
+the current chunk's steps, two features per step, which fills the issue slots the steps'
+dependency chain leaves idle.  Lane 0 takes the row above the band from the boundary buffer
+``Rb`` that the band above writes cell by cell: values are float64 bits in an int64 buffer
+pre-filled with a sentinel, read ``G`` columns at a time, one group ahead, with atomic reads
+(L2) and a warp vote, so neither side waits on a counter or a fence (the band below runs ~40-50
+steps behind the band above, the minimum being 32).  Blocks take a *ticket* from an atomic
+counter (the boundary buffer's last element) and derive their (band, pair) from it, so a
+block only ever waits for blocks that started before it: no deadlock whatever order the
+hardware schedules blocks in, and the CUDA simulator (which runs blocks one at a time) works
+too.  One launch does the whole forward, one the whole backward: launches per step are O(1),
+not O(N + M).
 
 Accuracy
 --------
@@ -33,14 +50,16 @@ computed from *differences of neighbouring R values in float64*, and the backwar
 linear recursion ``E[p] = sum_s E[s] p_s(p)`` over successors ``s``.  All DP arithmetic is
 float64 whatever the input dtype (Hopper runs float64 at half the float32 rate); only the stored
 weights take the input's precision (float32 weights have relative error 6e-8).  Fused squared
-distances are float64 dot products ``|x|^2 + |y|^2 - 2 x.y`` with float64 norms.
+distances are float64 dot products ``|x|^2 + |y|^2 - 2 x.y`` with float64 norms (computed in
+the kernel).
 
 Memory
 ------
 ``P`` (B, 2, N, M) holds (p_diag, p_up); p_left = 1 - p_diag - p_up.  The backward overwrites
 plane 1 with ``E`` in place (each cell is read before it is written, by the same thread), so
-``E = P[:, 1]`` needs no extra buffer.  Boundary buffers are (B, ceil(N/TB), M + 1) int64
-(float64 bits; column ``M`` is a scratch slot for the lanes that do not publish).
+``E = P[:, 1]`` needs no extra buffer; it also returns E's row and column sums (B, N + M) when
+asked (the fused gradients need them).  Boundary buffers are (B, ceil(N/TB), M + 1) int64
+(float64 bits; column ``M`` is padding), flattened, plus the ticket counter.
 """
 
 from __future__ import annotations
@@ -51,12 +70,23 @@ import os
 from numba import cuda, float32, float64, int32, uint32, uint64
 from numba.cuda import libdevice
 
-#: Numba's CPU simulator lacks warp shuffles and libdevice: two small device functions below
-#: have simulator twins, chosen once at import.
+#: Numba's CPU simulator lacks warp shuffles, votes and libdevice: the small device functions
+#: that use them have simulator twins below, chosen once at import.
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+def _device(fn):
+    """A device function that LLVM inlines (``forceinline``).  Numba's own inlining
+    (``inline=True``) copies the IR at each of the ~100 call sites of the unrolled steps and
+    took 30-80 s per kernel to compile; this takes ~5 s.  The simulator takes plain ones."""
+    if SIMULATED:
+        return cuda.jit(device=True)(fn)
+    return cuda.jit(device=True, forceinline=True)(fn)
+
+
 TB = 32  # rows per band = threads per block (one warp)
 TW = 32  # columns per chunk (published / staged together); TW == TB is assumed below
-DC = 16  # features staged in shared memory per pass of the fused distance
+DC = 16  # features staged per pass of the fused distance (= 2 G: two per unrolled step)
 TB1 = TB + 2  # padded row (few bank conflicts on column writes; even, so 16-byte row pairs)
 TW1 = TW + 1
 RING = 2 * TW  # ring of staged columns (two chunks)
@@ -66,7 +96,7 @@ G = 8  # boundary values handed between bands per group (TW a multiple; steps un
 INF = math.inf
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _min2(a, b):
     """Minimum by comparison (a NaN ``b`` is skipped; a NaN ``a`` is kept)."""
     return b if b < a else a
@@ -86,7 +116,7 @@ def _min2(a, b):
 BIG = 1e300
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _softmin3(r_diag, r_left, m2, mm2, up, cost):
     """``cost + softmin(r_diag, up, r_left)`` (scaled, base 2) and the diagonal and upper
     weights, float64 math."""
@@ -100,7 +130,7 @@ def _softmin3(r_diag, r_left, m2, mm2, up, cost):
     return (cost + m) - math.log2(s), ed * inv_s, eu * inv_s
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _softmin3_fast(r_diag, r_left, m2, mm2, up, cost):
     """As :func:`_softmin3`, with float32 hardware ``ex2``/``lg2`` of the float64 *differences*.
 
@@ -168,17 +198,17 @@ LN2 = math.log(2.0)
 FULL_MASK = 0xFFFFFFFF
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _from_prev_lane_shfl(v, xch, parity):
     return cuda.shfl_up_sync(FULL_MASK, v, 1)
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _from_next_lane_shfl(v, xch, parity):
     return cuda.shfl_down_sync(FULL_MASK, v, 1)
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _from_prev_lane_smem(v, xch, parity):
     tid = cuda.threadIdx.x
     xch[parity, tid] = v
@@ -186,7 +216,7 @@ def _from_prev_lane_smem(v, xch, parity):
     return xch[parity, tid - 1] if tid > 0 else v
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _from_next_lane_smem(v, xch, parity):
     tid = cuda.threadIdx.x
     xch[parity, tid] = v
@@ -198,7 +228,7 @@ from_prev_lane = _from_prev_lane_smem if SIMULATED else _from_prev_lane_shfl
 from_next_lane = _from_next_lane_smem if SIMULATED else _from_next_lane_shfl
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _take_ticket(hand, tk):
     """This block's ticket: the boundary buffer's last element counts up from ``SENTINEL``."""
     if cuda.threadIdx.x == 0:
@@ -217,12 +247,12 @@ def _take_ticket(hand, tk):
 SENTINEL = 0x7FF00000DEAD0001
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _bits_gpu(x):
     return libdevice.double_as_longlong(x)
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _from_bits_gpu(n):
     return libdevice.longlong_as_double(n)
 
@@ -243,23 +273,23 @@ as_bits = _bits_sim if SIMULATED else _bits_gpu
 from_bits = _from_bits_sim if SIMULATED else _from_bits_gpu
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _ring_gpu(j):
     return uint32(j) & RMASK  # unsigned: no negative-index wraparound code in the indexing
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _below_gpu(a, n):
     """``0 <= a < n`` for ``n >= 0``, as one unsigned comparison."""
     return uint32(a) < uint32(n)
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _any_lane_gpu(pred):
     return cuda.any_sync(FULL_MASK, pred)
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _sync_band_gpu():
     # A block is one warp: a warp barrier orders shared memory among its lanes, and (unlike a
     # block barrier) need not wait for the warp's outstanding global atomics.
@@ -274,12 +304,12 @@ def _below_sim(a, n):
     return 0 <= a < n
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _any_lane_sim(pred):
     return cuda.syncthreads_or(int32(1) if pred else int32(0)) != 0
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _sync_band_sim():
     cuda.syncthreads()
 
@@ -290,7 +320,7 @@ any_lane = _any_lane_sim if SIMULATED else _any_lane_gpu
 sync_band = _sync_band_sim if SIMULATED else _sync_band_gpu
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def handoff(hand, row, col0, limit, pref, grp, empty):
     """Take one group of ``G`` boundary values into ``grp`` and prefetch the next group.
 
@@ -317,7 +347,7 @@ def handoff(hand, row, col0, limit, pref, grp, empty):
     return pref
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _col8(A, r0, i0, N, jc):
     """Rows ``i0 + r0 .. i0 + r0 + 7`` of column ``jc`` of the 2-D array ``A`` (rows clamped to
     ``N - 1``): eight independent loads, issued back to back, into registers."""
@@ -334,7 +364,7 @@ def _col8(A, r0, i0, N, jc):
     )
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _put8(blk, plane, r0, v, i0, N, col_ok, base, sgn, zero):
     """Store :func:`_col8`'s values of rows ``r0 ..`` in ring slots ``base + sgn * r`` of
     ``blk[plane]`` (zero for rows past ``N - 1`` or a column that does not exist)."""
@@ -348,7 +378,7 @@ def _put8(blk, plane, r0, v, i0, N, col_ok, base, sgn, zero):
     blk[plane, r0 + 7, ring(base + sgn * (r0 + 7))] = v[7] if (col_ok and i0 + r0 + 7 < N) else zero
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _feat16(A, first, lim, dc):
     """Feature ``dc`` of rows ``first, first + 2, .., first + 30`` of the 2-D array ``A`` (rows
     clamped to ``lim``): sixteen independent loads, issued back to back."""
@@ -372,7 +402,7 @@ def _feat16(A, first, lim, dc):
     )
 
 
-@cuda.jit(device=True, inline=True)
+@_device
 def _put16(sh, dd, rh, v, first, lim, d_ok):
     """Store :func:`_feat16`'s values as float64 in ``sh[dd, rh + 2 q]`` (zero where the row is
     past ``lim`` or the feature does not exist)."""
@@ -394,7 +424,7 @@ def _build_forward(fused: bool, fast: bool):
     w_t = float32 if fast else float64  # the upper weights' own block (half size when fast)
     zero = blk_t(0.0)
 
-    @cuda.jit(device=True, inline=True)
+    @_device
     def step(blk, wup, Rb, own, tid, s, sl, top, st, lead, width, pub, scale, xch):
         """One anti-diagonal step of one lane: column ``s - tid`` of its row, ring slot ``sl``.
 
@@ -420,7 +450,7 @@ def _build_forward(fused: bool, fast: bool):
             Rb[uint64(own + j)] = as_bits(r)
         return up, r, from_prev_lane(r, xch, s & 1)
 
-    @cuda.jit(device=True, inline=True)
+    @_device
     def stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh):
         """Features ``d0 .. d0 + DC - 1`` of the band's rows and of columns ``jn0 ..`` into
         ``xsh``/``ysh`` (float64; lanes (dd, rh) take feature ``d0 + dd`` of rows rh, rh + 2, ..
@@ -434,7 +464,7 @@ def _build_forward(fused: bool, fast: bool):
         _put16(ysh, dd, rh, fy, jn0 + rh, M - 1, d < D)
         sync_band()
 
-    @cuda.jit(device=True, inline=True)
+    @_device
     def products(acc, xsh, ysh, e, tid, yy):
         """Add staged feature ``e``'s products ``x_r y`` (all rows r, this lane's column) to
         ``acc`` and ``y^2`` to ``yy``."""
@@ -443,7 +473,7 @@ def _build_forward(fused: bool, fast: bool):
             acc[r] += xsh[e, r] * yv
         return yy + yv * yv
 
-    @cuda.jit(device=True, inline=True)
+    @_device
     def group(
         blk, wup, Rb, own, tid, s0, grp, st, lead, width, pub, scale, xch, acc, xsh, ysh, yy, live
     ):
@@ -481,7 +511,7 @@ def _build_forward(fused: bool, fast: bool):
             yy = products(acc, xsh, ysh, 14, tid, products(acc, xsh, ysh, 15, tid, yy))
         return st, yy
 
-    @cuda.jit(device=True, inline=True)
+    @_device
     def distances(acc, yy, xn, blk, i0, N, M, jl, scale):
         """Scaled squared distances of column ``jl`` (this lane's) to the band's rows, from the
         accumulated products, into the ring (zero outside the table)."""
@@ -673,7 +703,7 @@ def _build_backward(fast: bool):
     """Backward kernel; ``fast`` (float32 weights) stages them in a float32 block."""
     blk_t = float32 if fast else float64
 
-    @cuda.jit(device=True, inline=True)
+    @_device
     def write_e(P, blk, sums, b, i0, N, M, pp, want_sums):
         """Write position ``pp``'s column of the band's E out (coalesced along columns) and, if
         ``want_sums``, add its sum over the band's rows to ``sums[b, N + j]``."""
@@ -688,7 +718,7 @@ def _build_backward(fast: bool):
             if want_sums:
                 cuda.atomic.add(sums, (b, N + jp), cs)
 
-    @cuda.jit(device=True, inline=True)
+    @_device
     def step(blk, Gb, own, tid, s, sl, bot, st, lag, width, pub, xch):
         """One step of one lane: position ``s - lag`` of its row, ring slot ``sl``.
 

@@ -171,6 +171,18 @@ def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+_placeholders: dict[tuple, torch.Tensor] = {}
+
+
+def _placeholder(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small tensor for an argument slot the kernel will not touch (one per kind, reused)."""
+    key = (shape, dtype, device)
+    t = _placeholders.get(key)
+    if t is None:
+        t = _placeholders[key] = torch.zeros(shape, dtype=dtype, device=device)
+    return t
+
+
 def _boundary(B: int, nb: int, M: int, device: torch.device) -> torch.Tensor:
     """Boundary rows between bands, (B, nb, M + 1) int64 float64 bits flattened, then one
     element for the blocks' ticket counter; all ``SENTINEL`` (one fill, no second buffer).
@@ -210,7 +222,7 @@ def forward(
     if store:
         P = torch.empty((B, 2, N, M), dtype=sdt, device=dev)
     else:
-        P = torch.empty((1, 2, 1, 1), dtype=sdt, device=dev)
+        P = _placeholder((1, 2, 1, 1), sdt, dev)  # not written without ``store``
     kernel = K.FORWARD[fused, sdt == torch.float32]
     _launcher(kernel)(
         B * nb,
@@ -245,7 +257,10 @@ def backward(
     g = grad_out.detach()
     if g.dtype not in (torch.float32, torch.float64):
         g = g.double()
-    S = torch.zeros((B, N + M) if sums else (1, 1), dtype=P.dtype, device=dev)
+    if sums:
+        S = torch.zeros((B, N + M), dtype=P.dtype, device=dev)
+    else:
+        S = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums`` tells the kernel: none
     _launcher(K.BACKWARD[P.dtype == torch.float32])(B * nb, K.TB, _stream(dev), P, N, M, g, Gb, S)
     launch_counts["backward"] += 1
     return P[:, 1], (S if sums else None)
