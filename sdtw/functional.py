@@ -162,7 +162,11 @@ def softdtw(
         Ground cost.  A callable gets ``(x, y)`` batched and must return (B, N, M).
     fused : bool or None
         ``True``: require the fused squared-Euclidean kernel (CUDA only); ``False``: always
-        build the cost tensor; ``None``: fused whenever possible.
+        build the cost tensor; ``None``: fused whenever possible (CUDA backend and
+        ``dist="sqeuclidean"``), because it never stores the (B, N, M) cost or its gradient:
+        a third less memory than unfused, so the longest sequences fit.  Unfused can be faster
+        at large D (it computes the distances with one matmul); pass ``fused=False`` when
+        memory is not the limit.
     backend : {"auto", "cpu", "cuda", "reference"}
         See the module docstring for the table and the ``"auto"`` rule.
 
