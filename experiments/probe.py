@@ -7,7 +7,8 @@ handing rows between bands; then forward + backward of ``loss.sum()`` at the iss
 target configs (B = 32, D = 64, N = M in 512, 1024, 2048), unfused and fused.  A diagnostic
 printout (CUDA-event medians of 10 after a warm-up), not a benchmark: the benchmark numbers
 come from ``python -m experiments.run``.  ``--host``: the host time of each piece of a small
-training step; ``--profile``: cProfile and torch.profiler of one.
+training step; ``--memory``: a step's peak memory split into forward and backward;
+``--profile``: cProfile and torch.profiler of one.
 """
 
 from __future__ import annotations
@@ -54,7 +55,44 @@ def target(N: int, fused: bool, B: int = 32, D: int = 64) -> str:
         sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum().backward()
         x.grad = None
 
-    return f"B={B} N={N} D={D} fused={fused}: forward+backward {median_ms(step):.3f} ms"
+    def forward():
+        with torch.no_grad():
+            sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused)
+
+    return (
+        f"B={B} N={N} D={D} fused={fused}: forward+backward {median_ms(step):.3f} ms, "
+        f"forward (no grad) {median_ms(forward):.3f} ms"
+    )
+
+
+def memory(N: int = 2048, B: int = 32, D: int = 64) -> None:
+    """Peak memory of a fused and an unfused step, split into forward and backward (bytes
+    allocated above what was allocated before the step, as the harness counts them)."""
+    x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+    y = torch.randn(B, N, D, device="cuda", requires_grad=True)
+    mib = 2.0**20
+    for fused in (True, False):
+        for _ in range(2):  # the second step is the one reported (allocator and cuBLAS warm)
+            x.grad = y.grad = None
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            loss = sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum()
+            torch.cuda.synchronize()
+            fwd_peak = torch.cuda.max_memory_allocated() - before
+            after_fwd = torch.cuda.memory_allocated() - before
+            torch.cuda.reset_peak_memory_stats()
+            loss.backward()
+            torch.cuda.synchronize()
+            bwd_peak = torch.cuda.max_memory_allocated() - before
+            kept = torch.cuda.memory_allocated() - before
+            del loss
+        print(
+            f"B={B} N={N} D={D} fused={fused}: forward peak {fwd_peak / mib:.1f} MiB, "
+            f"held after forward {after_fwd / mib:.1f} MiB, backward peak {bwd_peak / mib:.1f} "
+            f"MiB, held after the step (gradients) {kept / mib:.1f} MiB",
+            flush=True,
+        )
 
 
 def profile(N: int = 128, B: int = 32, D: int = 64, steps: int = 50) -> None:
@@ -171,6 +209,9 @@ def main() -> None:
         return
     if "--host" in sys.argv:
         host()
+        return
+    if "--memory" in sys.argv:
+        memory()
         return
     for B, N, M in [(1, 32, 8192), (1, 64, 8192), (1, 256, 8192), (1, 2048, 2048)]:
         print(bands(B, N, M), flush=True)
