@@ -99,8 +99,10 @@ class _Launcher:
                 flat.append(a)
             elif isinstance(a, int):
                 flat.append(ctypes.c_int64(a))
-            else:
+            elif isinstance(a, float):
                 flat.append(ctypes.c_double(a))
+            else:  # e.g. a NumPy integer: packing it as a double would be silently wrong
+                raise TypeError(f"sdtw: kernel argument of type {type(a).__name__}")
         launch_stream = stream if core_stream is None else core_stream
         _cuda_core_launch(launch_stream, config_for(grid, block), kernel, *flat)
 
@@ -234,8 +236,8 @@ def forward(
         M,
         D,
         float(gamma),
-        lo,
-        hi,
+        int(lo),
+        int(hi),
         P,
         Rb,
         out,
