@@ -624,50 +624,15 @@ def _build_forward(fused: bool, fast: bool):
                 s0 = j0 + gq * G
                 if k > 0:
                     pref = handoff(Rb, own - (M + 1), s0, M, pref, grp, INF)
-                # fused: group gq also does pass gq (features gq * DC ..) of chunk c + 1
+                # fused: group gq also does pass gq (features gq * DC ..) of chunk c + 1.  The
+                # two calls differ only in ``live``, a literal so that each inlined copy is
+                # straight-line code (a runtime flag would branch inside every step).
+                args = (blk, wup, Rb, own, tid, s0, grp, st, lead, width, pub, scale, xch, acc)
                 if fused and jn0 < M and gq * DC < D:
                     stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, gq * DC, dd, rh)
-                    st, yy = group(
-                        blk,
-                        wup,
-                        Rb,
-                        own,
-                        tid,
-                        s0,
-                        grp,
-                        st,
-                        lead,
-                        width,
-                        pub,
-                        scale,
-                        xch,
-                        acc,
-                        xsh,
-                        ysh,
-                        yy,
-                        True,
-                    )
+                    st, yy = group(*args, xsh, ysh, yy, True)
                 else:
-                    st, yy = group(
-                        blk,
-                        wup,
-                        Rb,
-                        own,
-                        tid,
-                        s0,
-                        grp,
-                        st,
-                        lead,
-                        width,
-                        pub,
-                        scale,
-                        xch,
-                        acc,
-                        xsh,
-                        ysh,
-                        yy,
-                        False,
-                    )
+                    st, yy = group(*args, xsh, ysh, yy, False)
             if fused and jn0 < M:
                 for d0 in range((TW // G) * DC, D, DC):  # features past the groups' passes
                     stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh)
