@@ -91,15 +91,52 @@ def test_sim_second_backward_is_refused(rng):
 
 @requires_sim
 @pytest.mark.cudasim
-def test_sim_one_launch_per_pass(rng):
+@pytest.mark.parametrize("fused,forward_launches", [(True, 2), (False, 1)])
+def test_sim_launches_per_pass(rng, fused, forward_launches):
+    """A constant number of launches per pass, whatever N: the fused forward with gradients
+    parks the distances (one launch) and then runs the DP (one)."""
     from sdtw.cuda import _launch
 
     x = randn(rng, 1, 33, 2).requires_grad_()  # two bands
     before = dict(_launch.launch_counts)
-    sdtw.softdtw(x, randn(rng, 1, 5, 2), backend="cuda").sum().backward()
+    sdtw.softdtw(x, randn(rng, 1, 5, 2), backend="cuda", fused=fused).sum().backward()
     after = _launch.launch_counts
-    assert after["forward"] - before.get("forward", 0) == 1
+    assert after["forward"] - before.get("forward", 0) == forward_launches
     assert after["backward"] - before.get("backward", 0) == 1
+
+
+@requires_sim
+@pytest.mark.cudasim
+@pytest.mark.parametrize("B,N,M,D", [(1, 33, 40, 70), (2, 5, 7, 3)])
+def test_sim_fused_no_grad(rng, B, N, M, D):
+    """Without gradients the fused forward computes the distances in the DP kernel itself (no
+    (N, M) buffer): its own path, checked here (including D past one chunk's 64 features)."""
+    x, y = randn(rng, B, N, D), randn(rng, B, M, D)
+    with torch.no_grad():
+        v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
+        v32 = sdtw.softdtw(x.float(), y.float(), gamma=0.1, backend="cuda", fused=True)
+    ref = sdtw.softdtw(x, y, gamma=0.1, backend="cpu")
+    assert rel_err(v, ref) <= TOL[torch.float64] and rel_err(v32, ref) <= TOL[torch.float32]
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_park_distances(rng):
+    """The park kernel's float64 squared distances, split in two float32 planes, across its
+    row tile (PS = 128 rows) and feature pass (PK = 8) boundaries."""
+    from sdtw.cuda import _kernels as K
+    from sdtw.cuda import _launch
+
+    B, N, M, D = 1, K.PS + 2, 3, K.PK + 1
+    x, y = randn(rng, B, N, D, dtype=torch.float32), randn(rng, B, M, D, dtype=torch.float32)
+    P = torch.full((B, 2, N, M), float("nan"), dtype=torch.float32)
+    tiles = B * 2 * 1
+    _launch._launcher(K.PARK[True])(tiles, K.PARK_THREADS, _launch._stream(x.device), x, y, P)
+    ref = torch.cdist(x.double(), y.double()) ** 2
+    got = P[:, 0].double() + P[:, 1].double()
+    assert (got - ref).abs().max() <= 1e-12 * ref.abs().max()
+    # hi is the float32 rounding (within half a float32 ulp), lo the remainder
+    assert ((P[:, 0].double() - ref).abs() <= ref.abs() * 2.0**-24).all()
 
 
 @requires_gpu
@@ -138,6 +175,19 @@ def test_gpu_float32_accuracy_paper_case(rng, gamma, fused):
 )
 def test_gpu_matches_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused):
     _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, "cuda")
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("B,N,M,D", [(3, 77, 1025, 5), (2, 513, 31, 70), (4, 512, 512, 64)])
+def test_gpu_fused_no_grad(rng, B, N, M, D):
+    """Without gradients the fused forward computes the distances inside the DP kernel."""
+    x = randn(rng, B, N, D, dtype=torch.float32, device="cuda")
+    y = randn(rng, B, M, D, dtype=torch.float32, device="cuda")
+    ref = sdtw.softdtw(x.cpu().double(), y.cpu().double(), gamma=0.01, backend="cpu")
+    with torch.no_grad():
+        v = sdtw.softdtw(x, y, gamma=0.01, fused=True, backend="cuda")
+    assert rel_err(v.cpu().double(), ref) <= TOL[torch.float32]
 
 
 @requires_gpu

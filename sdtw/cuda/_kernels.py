@@ -26,16 +26,21 @@ Costs (or fused distances) are staged ``TW`` = 32 columns (a *chunk*) at a time 
 backward load the next chunk into registers while the current chunk's steps run.  The fused
 forward computes the next chunk's distances (float64 dot products of staged features) during
 the current chunk's steps, two features per step, which fills the issue slots the steps'
-dependency chain leaves idle.  Lane 0 takes the row above the band from the boundary buffer
-``Rb`` that the band above writes cell by cell: values are float64 bits in an int64 buffer
-pre-filled with a sentinel, read ``G`` columns at a time, one group ahead, with atomic reads
-(L2) and a warp vote, so neither side waits on a counter or a fence (the band below runs ~40-50
-steps behind the band above, the minimum being 32).  Blocks take a *ticket* from an atomic
-counter (the boundary buffer's last element) and derive their (band, pair) from it, so a
-block only ever waits for blocks that started before it: no deadlock whatever order the
-hardware schedules blocks in, and the CUDA simulator (which runs blocks one at a time) works
-too.  One launch does the whole forward, one the whole backward: launches per step are O(1),
-not O(N + M).
+dependency chain leaves idle; that is the forward without gradients, which needs no (N, M)
+buffer.  With gradients the weights buffer ``P`` is there anyway, so the fused forward first
+*parks* each cell's float64 distance in it (a tiled float64 product, :func:`_build_park`)
+and the DP reads them from there like a cost (mode ``split``): the dot products then run at
+full rate instead of inside the DP's latency-bound warps.
+
+Lane 0 takes the row above the band from the boundary buffer ``Rb`` that the band above writes
+cell by cell: values are float64 bits in an int64 buffer pre-filled with a sentinel, read ``G``
+columns at a time, one group ahead, with atomic reads (L2) and a warp vote, so neither side
+waits on a counter or a fence (the band below runs ~40-50 steps behind the band above, the
+minimum being 32).  Blocks take a *ticket* from an atomic counter (the boundary buffer's last
+element) and derive their (band, pair) from it, so a block only ever waits for blocks that
+started before it: no deadlock whatever order the hardware schedules blocks in, and the CUDA
+simulator (which runs blocks one at a time) works too.  One launch does the whole forward (two
+when fused with gradients), one the whole backward: launches per step are O(1), not O(N + M).
 
 Accuracy
 --------
@@ -73,6 +78,10 @@ from numba.cuda import libdevice
 #: Numba's CPU simulator lacks warp shuffles, votes and libdevice: the small device functions
 #: that use them have simulator twins below, chosen once at import.
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+if SIMULATED:
+    from sdtw._compat import patch_simulator_shared_arrays
+
+    patch_simulator_shared_arrays()
 
 
 def _device(fn):
@@ -410,17 +419,51 @@ def _put16(sh, dd, rh, v, first, lim, d_ok):
         sh[dd, rh + 2 * q] = float64(v[q]) if (d_ok and first + 2 * q <= lim) else 0.0
 
 
-def _build_forward(fused: bool, fast: bool):
-    """Forward kernel; ``fused`` and ``fast`` are compile-time constants (closure).
+@_device
+def _sum8(h, lo):
+    """``max(h + lo, 0)`` in float64 for the eight values of two :func:`_col8` loads (a float64
+    distance parked as a float32 pair, see ``split`` in :func:`_build_forward`)."""
+    return (
+        max(float64(h[0]) + float64(lo[0]), 0.0),
+        max(float64(h[1]) + float64(lo[1]), 0.0),
+        max(float64(h[2]) + float64(lo[2]), 0.0),
+        max(float64(h[3]) + float64(lo[3]), 0.0),
+        max(float64(h[4]) + float64(lo[4]), 0.0),
+        max(float64(h[5]) + float64(lo[5]), 0.0),
+        max(float64(h[6]) + float64(lo[6]), 0.0),
+        max(float64(h[7]) + float64(lo[7]), 0.0),
+    )
+
+
+#: Where the forward kernel gets its costs (a compile-time constant of each kernel).
+COST, FUSED, SPLIT = "cost", "fused", "split"
+
+
+def _build_forward(mode: str, fast: bool):
+    """Forward kernel; ``mode`` and ``fast`` are compile-time constants (closure).
+
+    ``mode``:
+
+    * ``"cost"``: ``X`` is a cost tensor (B, N, M).
+    * ``"fused"``: ``X`` (B, N, D), ``Y`` (B, M, D); the kernel computes the squared distances
+      itself (float64 dot products of staged features), so it needs no (N, M) buffer at all:
+      the no-gradient fused forward.
+    * ``"split"``: ``X`` is the weights buffer ``P`` (B, 2, N, M) itself, holding in its two
+      planes each cell's float64 squared distance as a float32 pair ``hi + lo`` (written by
+      :func:`sdtw.cuda._launch.park_distances`).  A band reads its cells' distances before it
+      writes the same cells' weights over them, so the distances take no memory beyond ``P``:
+      the fused forward with gradients, whose distances the park kernel computed.
 
     ``fast`` selects float32 transcendentals (:func:`_softmin3_fast`), used for float32
     inputs; float64 inputs get float64 throughout.
     """
+    fused = mode == FUSED
+    split = mode == SPLIT
     softmin3 = _softmin3_fast if fast else _softmin3
     # The staged block holds the cost and then the weights.  float32 suffices when both are
-    # float32 anyway (unfused float32 cost, float32 weights): half the shared memory, so twice
-    # the resident blocks per SM.  Fused distances are float64 and need the float64 block.
-    blk_t = float32 if (fast and not fused) else float64
+    # float32 anyway (float32 cost, float32 weights): half the shared memory, so twice the
+    # resident blocks per SM.  Fused and split distances are float64: the float64 block.
+    blk_t = float32 if (fast and mode == COST) else float64
     w_t = float32 if fast else float64  # the upper weights' own block (half size when fast)
     zero = blk_t(0.0)
 
@@ -524,8 +567,9 @@ def _build_forward(fused: bool, fast: bool):
     def forward(X, Y, N, M, D, gamma, lo, hi, P, Rb, out, store):
         """One block per (band, pair).
 
-        unfused: X = cost (B, N, M), Y unused.
-        fused:   X (B, N, D), Y (B, M, D); the squared norms are computed here (float64).
+        cost:  X = cost (B, N, M), Y unused.
+        fused: X (B, N, D), Y (B, M, D); the squared norms are computed here (float64).
+        split: X = P holding the distances (see :func:`_build_forward`), Y unused.
         P (B, 2, N, M) weights (written iff ``store``), Rb int64 boundary rows (B, nb, M + 1)
         flattened, plus one element, the ticket counter (float64 bits / counter, all
         pre-filled with ``SENTINEL``), out (B,) loss (any float dtype).
@@ -597,11 +641,19 @@ def _build_forward(fused: bool, fast: bool):
                     yy = products(acc, xsh, ysh, e, tid, yy)
             distances(acc, yy, xn, blk, i0, N, M, tid, scale)
         else:
-            Xb = X[b]  # this pair's (N, M) cost
+            if split:
+                Xb = X[b, 0]  # this pair's distances, float32 hi and lo parts (N, M) each
+                Xl = X[b, 1]
+            else:
+                Xb = X[b]  # this pair's (N, M) cost
+                Xl = Xb
             Yb = Xb
             jn = min(tid, M - 1)
             a0, a1 = _col8(Xb, 0, i0, N, jn), _col8(Xb, 8, i0, N, jn)
             a2, a3 = _col8(Xb, 16, i0, N, jn), _col8(Xb, 24, i0, N, jn)
+            if split:
+                l0, l1 = _col8(Xl, 0, i0, N, jn), _col8(Xl, 8, i0, N, jn)
+                l2, l3 = _col8(Xl, 16, i0, N, jn), _col8(Xl, 24, i0, N, jn)
         for c in range(nchunks):
             j0 = c * TW
             jl = j0 + tid  # the column this thread stages
@@ -609,13 +661,24 @@ def _build_forward(fused: bool, fast: bool):
             if not fused:
                 # The registers hold chunk c (loaded one chunk ago): into the ring, then load
                 # chunk c + 1, in flight during this chunk's steps (clamped, harmless past M).
-                _put8(blk, 0, 0, a0, i0, N, jl < M, jl, 1, zero)
-                _put8(blk, 0, 8, a1, i0, N, jl < M, jl, 1, zero)
-                _put8(blk, 0, 16, a2, i0, N, jl < M, jl, 1, zero)
-                _put8(blk, 0, 24, a3, i0, N, jl < M, jl, 1, zero)
+                # (split: chunk c's distances were read one chunk ago; its weights go over
+                # them one chunk from now, by this block: read before write, same cells.)
+                if split:
+                    _put8(blk, 0, 0, _sum8(a0, l0), i0, N, jl < M, jl, 1, zero)
+                    _put8(blk, 0, 8, _sum8(a1, l1), i0, N, jl < M, jl, 1, zero)
+                    _put8(blk, 0, 16, _sum8(a2, l2), i0, N, jl < M, jl, 1, zero)
+                    _put8(blk, 0, 24, _sum8(a3, l3), i0, N, jl < M, jl, 1, zero)
+                else:
+                    _put8(blk, 0, 0, a0, i0, N, jl < M, jl, 1, zero)
+                    _put8(blk, 0, 8, a1, i0, N, jl < M, jl, 1, zero)
+                    _put8(blk, 0, 16, a2, i0, N, jl < M, jl, 1, zero)
+                    _put8(blk, 0, 24, a3, i0, N, jl < M, jl, 1, zero)
                 jn = min(jl + TW, M - 1)
                 a0, a1 = _col8(Xb, 0, i0, N, jn), _col8(Xb, 8, i0, N, jn)
                 a2, a3 = _col8(Xb, 16, i0, N, jn), _col8(Xb, 24, i0, N, jn)
+                if split:
+                    l0, l1 = _col8(Xl, 0, i0, N, jn), _col8(Xl, 8, i0, N, jn)
+                    l2, l3 = _col8(Xl, 16, i0, N, jn), _col8(Xl, 24, i0, N, jn)
             sync_band()
             for r in range(TB):
                 acc[r] = 0.0
@@ -803,7 +866,94 @@ def _build_backward(fast: bool):
     return backward
 
 
-#: forward kernels by (fused, fast)
-FORWARD = {(f, q): _build_forward(f, q) for f in (False, True) for q in (False, True)}
+# Parking the fused distances (the fused forward with gradients)
+# ------------------------------------------------------------------
+# ``park`` fills ``P`` (B, 2, N, M) with each cell's float64 squared distance
+# ``|x_i|^2 + |y_j|^2 - 2 x_i.y_j`` as ``hi + lo`` (``hi`` rounded to P's dtype, ``lo`` the
+# remainder) for the ``split`` forward.  A block of PQ x PQ threads computes a PS x PS tile,
+# ``PT x PT`` float64 accumulators per thread (rows ``ty + PQ a``, columns ``tx + PQ c``), with
+# PK features of the tile's rows and columns staged in shared memory per pass: 8 shared loads
+# feed 64 float64 FMAs.  One launch, no buffer besides ``P``; the writes (8 bytes a cell) and
+# the float64 FMAs (B N M D) are its cost.
+PT = 8  # distances per thread along each side
+PQ = 16  # threads per side
+PS = PT * PQ  # rows (and columns) per tile
+PK = 8  # features staged per pass
+PARK_THREADS = PQ * PQ  # (= 2 PS: one norm per thread)
+
+
+def _build_park(fast: bool):
+    """Park kernel; ``fast``: P is float32 (``hi`` float32, ``lo`` its float64 remainder);
+    otherwise float64 (``hi`` exact, ``lo`` zero)."""
+    hi_t = float32 if fast else float64
+
+    @cuda.jit
+    def park(X, Y, P):
+        """X (B, N, D), Y (B, M, D) -> P[:, 0] + P[:, 1] = squared distances (float64 math);
+        one block per (pair, row tile, column tile), ``B * nti * ntj`` blocks."""
+        N = X.shape[1]
+        D = X.shape[2]
+        M = Y.shape[1]
+        nti = (N + PS - 1) // PS
+        ntj = (M + PS - 1) // PS
+        q = cuda.blockIdx.x
+        tj = q % ntj
+        q = q // ntj
+        ti = q % nti
+        b = q // nti
+        t = cuda.threadIdx.x
+        tx = t % PQ
+        ty = t // PQ
+        i0 = ti * PS
+        j0 = tj * PS
+        xs = cuda.shared.array((PK, PS), float64)  # feature-major: a row's PK features
+        ys = cuda.shared.array((PK, PS), float64)
+        nrm = cuda.shared.array(PARK_THREADS, float64)  # rows' |x|^2, then columns' |y|^2
+        acc = cuda.local.array((PT, PT), float64)
+        xv = cuda.local.array(PT, float64)
+        yv = cuda.local.array(PT, float64)
+        for a in range(PT):
+            for c in range(PT):
+                acc[a, c] = 0.0
+        sq = 0.0  # thread t < PS: row i0 + t's |x|^2; otherwise column j0 + t - PS's |y|^2
+        for d0 in range(0, D, PK):
+            cuda.syncthreads()  # every thread is done with the previous pass
+            for u in range(PK * PS // PARK_THREADS):
+                e = t + u * PARK_THREADS
+                r = e // PK  # consecutive threads: consecutive features of one row
+                d = d0 + e % PK
+                xi = min(i0 + r, N - 1)
+                yj = min(j0 + r, M - 1)
+                xs[e % PK, r] = float64(X[b, xi, d]) if d < D else 0.0
+                ys[e % PK, r] = float64(Y[b, yj, d]) if d < D else 0.0
+            cuda.syncthreads()
+            for k in range(PK):
+                v = xs[k, t] if t < PS else ys[k, t - PS]
+                sq += v * v
+                for a in range(PT):
+                    xv[a] = xs[k, ty + PQ * a]
+                    yv[a] = ys[k, tx + PQ * a]
+                for a in range(PT):
+                    for c in range(PT):
+                        acc[a, c] += xv[a] * yv[c]
+        nrm[t] = sq
+        cuda.syncthreads()
+        for a in range(PT):
+            i = i0 + ty + PQ * a
+            for c in range(PT):
+                j = j0 + tx + PQ * c
+                if i < N and j < M:
+                    v = (nrm[ty + PQ * a] + nrm[PS + tx + PQ * c]) - 2.0 * acc[a, c]
+                    h = hi_t(v)
+                    P[b, 0, i, j] = h
+                    P[b, 1, i, j] = v - float64(h)
+
+    return park
+
+
+#: forward kernels by (mode, fast)
+FORWARD = {(m, q): _build_forward(m, q) for m in (COST, FUSED, SPLIT) for q in (False, True)}
 #: backward kernels by fast (float32 weights)
 BACKWARD = {q: _build_backward(q) for q in (False, True)}
+#: park kernels by fast (float32 P)
+PARK = {q: _build_park(q) for q in (False, True)}

@@ -200,7 +200,7 @@ def forward(
     hi: int,
     store: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run the forward kernel.
+    """Run the forward kernel (and, fused with ``store``, the park kernel before it).
 
     Parameters
     ----------
@@ -211,6 +211,12 @@ def forward(
     Returns
     -------
     values (B,) in ``a``'s dtype, and ``P`` or None.
+
+    Fused with ``store``, the squared distances are first parked in ``P`` (float64, as a pair
+    of P's dtype; :func:`sdtw.cuda._kernels._build_park`) and the forward reads them from
+    there, overwriting each cell with its weights: two launches and no buffer besides ``P``.
+    Fused without ``store``, the forward computes the distances itself (one launch, no
+    (N, M) buffer at all, but slower: the dot products sit in the DP's warps).
     """
     fused = y is not None
     B, N = a.shape[0], a.shape[1]
@@ -219,19 +225,29 @@ def forward(
     dev = a.device
     nb = -(-N // K.TB)
     sdt = storage_dtype(a.dtype)
+    fast = sdt == torch.float32
     out = torch.empty(B, dtype=a.dtype, device=dev)
-    Rb = _boundary(B, nb, M, dev)
+    streams = _stream(dev)
     if store:
         P = torch.empty((B, 2, N, M), dtype=sdt, device=dev)
     else:
         P = _placeholder((1, 2, 1, 1), sdt, dev)  # not written without ``store``
-    kernel = K.FORWARD[fused, sdt == torch.float32]
-    _launcher(kernel)(
+    mode = K.COST
+    src, src2 = a, a  # the kernel's X and Y (Y unused unless fused)
+    if fused and store:
+        tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
+        _launcher(K.PARK[fast])(tiles, K.PARK_THREADS, streams, a, y, P)
+        launch_counts["forward"] += 1
+        mode, src, src2 = K.SPLIT, P, P
+    elif fused:
+        mode, src2 = K.FUSED, y
+    Rb = _boundary(B, nb, M, dev)
+    _launcher(K.FORWARD[mode, fast])(
         B * nb,
         K.TB,
-        _stream(dev),
-        a,
-        y if fused else a,  # unused slot when unfused
+        streams,
+        src,
+        src2,
         N,
         M,
         D,
