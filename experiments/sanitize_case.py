@@ -1,4 +1,5 @@
-"""A small fused and unfused step for compute-sanitizer (memcheck, racecheck).
+"""A small fused and unfused step, and a fused forward without gradients, for
+compute-sanitizer (memcheck, racecheck): every kernel (park, the three forwards, backward).
 
 ``compute-sanitizer --tool memcheck python3 -m experiments.sanitize_case``
 """
@@ -16,6 +17,8 @@ def main() -> None:
         y = torch.randn(2, 45, 5, device="cuda", requires_grad=True)
         loss = sdtw.softdtw(x, y, gamma=0.1, fused=fused, bandwidth=30, backend="cuda")
         loss.sum().backward()
+        with torch.no_grad():
+            sdtw.softdtw(x, y, gamma=0.1, fused=fused, bandwidth=30, backend="cuda")
     torch.cuda.synchronize()
     print("sanitizer case ok")
 
