@@ -9,7 +9,10 @@
   threads of the launch's first block reach ``cuda.shared.array`` at once, each can create and
   keep its *own* array, and from then on they do not share it.  Our kernels then read values
   their neighbours never wrote (intermittent NaN or wrong results in the first block, about one
-  simulator test run in five).  :func:`patch_simulator_shared_arrays` serialises it.
+  simulator test run in five).  :func:`patch_simulator_shared_arrays` serialises it, and
+  fills each new float shared array with NaN: shared memory starts with whatever the last
+  kernel left there on a GPU, so a kernel that reads a slot before writing it should fail in
+  the simulator every time, not once in a while.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def patch_simulator_shared_arrays() -> None:
             res = self._allocations.get(key)
             if res is None:
                 res = self._allocations[key] = np.empty(shape, dtype)
+                if res.dtype.kind == "f":
+                    res.fill(np.nan)
         return res
 
     array._sdtw_locked = True  # type: ignore[attr-defined]

@@ -27,7 +27,8 @@ class SoftDTW(nn.Module):
     dist : {"sqeuclidean", "euclidean", "l1"} or callable
         Ground cost; a callable maps ``(x, y)`` (B, N, D), (B, M, D) to (B, N, M).
     fused : bool or None
-        ``None`` (fused when possible), ``True`` (require), ``False`` (never).
+        ``None`` (per call: fused with gradients, unfused without them when the cost fits; see
+        :func:`sdtw.softdtw`), ``True`` (require), ``False`` (never).
     backend : {"auto", "cpu", "cuda", "reference"}
         ``"auto"``: CUDA kernels for CUDA tensors, Numba CPU kernels for CPU tensors.
 

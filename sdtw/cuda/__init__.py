@@ -33,7 +33,14 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["cuda_usable", "simulator_enabled", "softdtw_cost", "softdtw_fused"]
+__all__ = [
+    "cost_fits",
+    "cuda_usable",
+    "needs_grad",
+    "simulator_enabled",
+    "softdtw_cost",
+    "softdtw_fused",
+]
 
 
 def simulator_enabled() -> bool:
@@ -87,11 +94,11 @@ _TWICE = (
 
 class _CostFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
+    def forward(ctx, cost: torch.Tensor, gamma: float, lo: int, hi: int, need: bool):
         from sdtw.cuda import _launch
 
         c = _kernel_dtype(cost).contiguous()
-        out, P = _launch.forward(c, None, gamma, lo, hi, store=cost.requires_grad)
+        out, P = _launch.forward(c, None, gamma, lo, hi, store=need)
         ctx.P = P
         return out if out.dtype == cost.dtype else out.to(cost.dtype)
 
@@ -104,17 +111,16 @@ class _CostFunction(torch.autograd.Function):
             raise RuntimeError(_TWICE)
         ctx.P = None
         E, _ = _launch.backward(P, grad_out)
-        return (E if E.dtype == grad_out.dtype else E.to(grad_out.dtype)), None, None, None
+        return (E if E.dtype == grad_out.dtype else E.to(grad_out.dtype)), None, None, None, None
 
 
 class _FusedFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int):
+    def forward(ctx, x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int, need: bool):
         from sdtw.cuda import _launch
 
         xk = _kernel_dtype(x).contiguous()
         yk = _kernel_dtype(y).contiguous()
-        need = x.requires_grad or y.requires_grad
         out, P = _launch.forward(xk, yk, gamma, lo, hi, store=need)
         ctx.P = P
         if need:
@@ -144,14 +150,29 @@ class _FusedFunction(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             gy = torch.baddbmm(ye * S[:, N:, None], E.transpose(1, 2), xe, beta=2.0, alpha=-2.0)
             gy = gy if gy.dtype == y.dtype else gy.to(y.dtype)
-        return gx, gy, None, None, None
+        return gx, gy, None, None, None, None
+
+
+def needs_grad(*ts: torch.Tensor) -> bool:
+    """Whether autograd will ask for a backward: grad mode on and an input that requires grad
+    (inside ``Function.forward`` grad mode is always off, so this is decided before)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
+
+
+def cost_fits(B: int, N: int, M: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether a (B, N, M) cost tensor takes at most a quarter of the device's free memory (the
+    ``fused=None`` rule for a forward without gradients; always true under the simulator)."""
+    if device.type != "cuda":
+        return True
+    free, _ = torch.cuda.mem_get_info(device)
+    return B * N * M * torch.finfo(dtype).bits // 8 <= free // 4
 
 
 def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
     """Soft-DTW of a cost (B, N, M) -> (B,), differentiable wrt ``cost``."""
-    return _CostFunction.apply(cost, gamma, lo, hi)
+    return _CostFunction.apply(cost, gamma, lo, hi, needs_grad(cost))
 
 
 def softdtw_fused(x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
     """Fused squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,)."""
-    return _FusedFunction.apply(x, y, gamma, lo, hi)
+    return _FusedFunction.apply(x, y, gamma, lo, hi, needs_grad(x, y))

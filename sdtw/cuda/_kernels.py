@@ -804,6 +804,13 @@ def _build_backward(fast: bool):
         xch = cuda.shared.array((2, TB), float64)
         if tid < G:
             grp[tid] = 0.0  # the bottom band's row below (others overwrite it group by group)
+        # Zero this lane's ring row: the first chunk's steps reach slots that no staged column
+        # fills (positions p < 0 of the skew).  Their weights are multiplied by E = 0 there,
+        # and 0 * (a NaN or inf left in shared memory) would be NaN.
+        for q in range(RING1):
+            blk[0, tid, q] = zero
+            blk[1, tid, q] = zero
+        sync_band()  # before the first chunk's staging writes other lanes' rows
         # (e_left, d_prev, inc_next, rs); E[N-1, M-1] = gout enters as the "from the right"
         # term of position 0.
         st = (float64(gout[b]) if i == N - 1 else 0.0, 0.0, 0.0, 0.0)
