@@ -56,9 +56,9 @@ Rows are appended and flushed one by one, so an interrupted run leaves a valid f
 ``--resume`` completes (it skips every (impl, mode, B, N, M, D, gamma, dtype) already there);
 ``--time-limit-s`` stops starting new measurements after that long (a device with a per-command
 limit), prints the summary and says INCOMPLETE.
-Without ``--resume`` an existing file is replaced.  ``git_sha`` comes from ``git`` or, where the
-tree has no ``.git`` (a copy on another machine), from the ``SDTW_GIT_SHA`` and
-``SDTW_GIT_DIRTY`` environment variables.
+Without ``--resume`` an existing file is replaced.  ``git_sha`` comes from the ``SDTW_GIT_SHA``
+and ``SDTW_GIT_DIRTY`` environment variables when set (a copy of the tree on another machine),
+else from ``git``.
 """
 
 from __future__ import annotations
@@ -148,7 +148,13 @@ def _command(*args: str) -> str | None:
 
 
 def _git() -> tuple[str, str]:
-    """(SHA, dirty flag); results under experiments/results do not count as dirty."""
+    """(SHA, dirty flag); results under experiments/results do not count as dirty.
+
+    ``SDTW_GIT_SHA`` (and ``SDTW_GIT_DIRTY``), when set, win over the tree's own ``.git``: a
+    copy of the tree sent to another machine may carry a stale ``.git`` (seen on our GPU
+    runner, whose copy's ``HEAD`` lagged the code it ran)."""
+    if os.environ.get("SDTW_GIT_SHA"):
+        return os.environ["SDTW_GIT_SHA"], os.environ.get("SDTW_GIT_DIRTY", "")
     sha = _command("git", "rev-parse", "HEAD")
     if sha is None:
         return os.environ.get("SDTW_GIT_SHA", "unknown"), os.environ.get("SDTW_GIT_DIRTY", "")
