@@ -198,3 +198,48 @@ def test_gpu_tiny_gamma_finite(rng):
     v = sdtw.softdtw(x, y, gamma=1e-4, backend="cuda")
     v.sum().backward()
     assert torch.isfinite(v).all() and torch.isfinite(x.grad).all() and torch.isfinite(y.grad).all()
+
+
+def test_fused_default_rule(monkeypatch, rng):
+    """``fused=None``: fused when a backward will follow; without one, unfused while the cost
+    tensor takes at most a quarter of the free GPU memory (free memory faked here)."""
+    from sdtw import cuda as sc
+    from sdtw.functional import _fused_by_default
+
+    x = randn(rng, 2, 5, 3).requires_grad_()
+    y = randn(rng, 2, 4, 3)
+    assert _fused_by_default(x, y)
+    with torch.no_grad():
+        assert not _fused_by_default(x, y)  # CPU tensors (simulator): the cost always fits
+    assert not _fused_by_default(x.detach(), y)
+    dev = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (4 * 2 * 100 * 100 * 4, 0))
+    assert sc.cost_fits(2, 100, 100, torch.float32, dev)
+    assert not sc.cost_fits(2, 100, 101, torch.float32, dev)
+    assert not sc.cost_fits(2, 100, 100, torch.float64, dev)
+
+
+@requires_sim
+@pytest.mark.cudasim
+@pytest.mark.parametrize("fused", [True, False])
+def test_sim_no_grad_stores_nothing(monkeypatch, rng, fused):
+    """Under ``torch.no_grad()`` (inputs that require grad notwithstanding) the forward keeps no
+    weights: one launch (no park), ``store`` off."""
+    from sdtw.cuda import _launch
+
+    stores = []
+    forward = _launch.forward
+
+    def spy(*args, store):
+        stores.append(store)
+        return forward(*args, store=store)
+
+    monkeypatch.setattr(_launch, "forward", spy)
+    x = randn(rng, 1, 6, 2).requires_grad_()
+    y = randn(rng, 1, 5, 2).requires_grad_()
+    before = _launch.launch_counts["forward"]
+    with torch.no_grad():
+        v = sdtw.softdtw(x, y, backend="cuda", fused=fused)
+    assert stores == [False] and _launch.launch_counts["forward"] - before == 1
+    assert not v.requires_grad
+    assert rel_err(v, sdtw.softdtw(x.detach(), y.detach(), backend="cpu")) <= 1e-9
