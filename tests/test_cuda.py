@@ -243,3 +243,17 @@ def test_sim_no_grad_stores_nothing(monkeypatch, rng, fused):
     assert stores == [False] and _launch.launch_counts["forward"] - before == 1
     assert not v.requires_grad
     assert rel_err(v, sdtw.softdtw(x.detach(), y.detach(), backend="cpu")) <= 1e-9
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_default_rule_without_grad(rng):
+    """``fused=None`` under ``no_grad`` asks the driver for free memory and takes the unfused
+    path when the cost fits; the value is the same either way."""
+    x = randn(rng, 3, 300, 16, dtype=torch.float32, device="cuda").requires_grad_()
+    y = randn(rng, 3, 257, 16, dtype=torch.float32, device="cuda")
+    ref = sdtw.softdtw(x.detach().cpu().double(), y.cpu().double(), gamma=0.1, backend="cpu")
+    with torch.no_grad():
+        v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda")
+    assert not v.requires_grad
+    assert rel_err(v.cpu().double(), ref) <= TOL[torch.float32]
