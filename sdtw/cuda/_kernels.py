@@ -24,13 +24,12 @@ it is kept short:
 Costs (or fused distances) are staged ``TW`` = 32 columns (a *chunk*) at a time into the
 64-column ring; the weights go out coalesced one chunk later.  The unfused forward and the
 backward load the next chunk into registers while the current chunk's steps run.  The fused
-forward computes the next chunk's distances (float64 dot products of staged features) during
-the current chunk's steps, two features per step, which fills the issue slots the steps'
-dependency chain leaves idle; that is the forward without gradients, which needs no (N, M)
-buffer.  With gradients the weights buffer ``P`` is there anyway, so the fused forward first
-*parks* each cell's float64 distance in it (a tiled float64 product, :func:`_build_park`)
-and the DP reads them from there like a cost (mode ``split``): the dot products then run at
-full rate instead of inside the DP's latency-bound warps.
+forward without gradients computes the next chunk's distances itself (float64 dot products of
+staged features) after the current chunk's steps, so it needs no (N, M) buffer at all.  With
+gradients the weights buffer ``P`` is there anyway, so the fused forward first *parks* each
+cell's float64 distance in it (a tiled float64 product, :func:`_build_park`) and the DP reads
+them from there like a cost (mode ``split``): the dot products then run at full rate instead of
+inside the DP's latency-bound warps.
 
 Lane 0 takes the row above the band from the boundary buffer ``Rb`` that the band above writes
 cell by cell: values are float64 bits in an int64 buffer pre-filled with a sentinel, read ``G``
@@ -95,7 +94,7 @@ def _device(fn):
 
 TB = 32  # rows per band = threads per block (one warp)
 TW = 32  # columns per chunk (published / staged together); TW == TB is assumed below
-DC = 16  # features staged per pass of the fused distance (= 2 G: two per unrolled step)
+DC = 16  # features staged per pass of the fused distances
 TB1 = TB + 2  # padded row (few bank conflicts on column writes; even, so 16-byte row pairs)
 TW1 = TW + 1
 RING = 2 * TW  # ring of staged columns (two chunks)
@@ -517,42 +516,20 @@ def _build_forward(mode: str, fast: bool):
         return yy + yv * yv
 
     @_device
-    def group(
-        blk, wup, Rb, own, tid, s0, grp, st, lead, width, pub, scale, xch, acc, xsh, ysh, yy, live
-    ):
+    def group(blk, wup, Rb, own, tid, s0, grp, st, lead, width, pub, scale, xch):
         """The G (= 8) steps of one group, unrolled by hand: constant slot offsets, and the row
-        above read into registers up front, off the steps' dependency chain.  With ``live``
-        (a compile-time constant at each call) each step is followed by two staged features'
-        products for the next chunk's distances: independent work that fills the issue slots
-        the steps' dependency chain leaves idle."""
+        above read into registers up front, off the steps' dependency chain."""
         sb = ring(s0)  # a multiple of G: the group's slots are sb .. sb + G - 1
         t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
         t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
         st = step(blk, wup, Rb, own, tid, s0, sb, t0, st, lead, width, pub, scale, xch)
-        if live:
-            yy = products(acc, xsh, ysh, 0, tid, products(acc, xsh, ysh, 1, tid, yy))
         st = step(blk, wup, Rb, own, tid, s0 + 1, sb + 1, t1, st, lead, width, pub, scale, xch)
-        if live:
-            yy = products(acc, xsh, ysh, 2, tid, products(acc, xsh, ysh, 3, tid, yy))
         st = step(blk, wup, Rb, own, tid, s0 + 2, sb + 2, t2, st, lead, width, pub, scale, xch)
-        if live:
-            yy = products(acc, xsh, ysh, 4, tid, products(acc, xsh, ysh, 5, tid, yy))
         st = step(blk, wup, Rb, own, tid, s0 + 3, sb + 3, t3, st, lead, width, pub, scale, xch)
-        if live:
-            yy = products(acc, xsh, ysh, 6, tid, products(acc, xsh, ysh, 7, tid, yy))
         st = step(blk, wup, Rb, own, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
-        if live:
-            yy = products(acc, xsh, ysh, 8, tid, products(acc, xsh, ysh, 9, tid, yy))
         st = step(blk, wup, Rb, own, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
-        if live:
-            yy = products(acc, xsh, ysh, 10, tid, products(acc, xsh, ysh, 11, tid, yy))
         st = step(blk, wup, Rb, own, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
-        if live:
-            yy = products(acc, xsh, ysh, 12, tid, products(acc, xsh, ysh, 13, tid, yy))
-        st = step(blk, wup, Rb, own, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
-        if live:
-            yy = products(acc, xsh, ysh, 14, tid, products(acc, xsh, ysh, 15, tid, yy))
-        return st, yy
+        return step(blk, wup, Rb, own, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
 
     @_device
     def distances(acc, yy, xn, blk, i0, N, M, jl, scale):
@@ -632,7 +609,7 @@ def _build_forward(mode: str, fast: bool):
         if fused:
             Xb = X[b]  # this pair's (N, D) and (M, D) sequences
             Yb = Y[b]
-            # Chunk 0's distances up front; chunk c + 1's are computed during chunk c's steps.
+            # Chunk 0's distances up front; chunk c + 1's after chunk c's steps.
             for r in range(TB):
                 acc[r] = 0.0
             for d0 in range(0, D, DC):
@@ -687,17 +664,11 @@ def _build_forward(mode: str, fast: bool):
                 s0 = j0 + gq * G
                 if k > 0:
                     pref = handoff(Rb, own - (M + 1), s0, M, pref, grp, INF)
-                # fused: group gq also does pass gq (features gq * DC ..) of chunk c + 1.  The
-                # two calls differ only in ``live``, a literal so that each inlined copy is
-                # straight-line code (a runtime flag would branch inside every step).
-                args = (blk, wup, Rb, own, tid, s0, grp, st, lead, width, pub, scale, xch, acc)
-                if fused and jn0 < M and gq * DC < D:
-                    stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, gq * DC, dd, rh)
-                    st, yy = group(*args, xsh, ysh, yy, True)
-                else:
-                    st, yy = group(*args, xsh, ysh, yy, False)
+                st = group(blk, wup, Rb, own, tid, s0, grp, st, lead, width, pub, scale, xch)
             if fused and jn0 < M:
-                for d0 in range((TW // G) * DC, D, DC):  # features past the groups' passes
+                # Chunk c + 1's distances, after this chunk's steps.  (Interleaving them with
+                # the steps, two features per step, was 20-27% slower on the H200.)
+                for d0 in range(0, D, DC):
                     stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh)
                     for e in range(DC):
                         yy = products(acc, xsh, ysh, e, tid, yy)
