@@ -82,6 +82,20 @@ def _check_usable() -> tuple[bool, str]:
     return True, ""
 
 
+_launch_mod = None
+
+
+def _launcher_module():
+    """:mod:`sdtw.cuda._launch` (it imports numba: loaded on first use, then kept; an import
+    statement per call costs more host time than the rest of a small step's Python)."""
+    global _launch_mod
+    if _launch_mod is None:
+        from sdtw.cuda import _launch
+
+        _launch_mod = _launch
+    return _launch_mod
+
+
 def _kernel_dtype(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
@@ -95,8 +109,7 @@ _TWICE = (
 class _CostFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, cost: torch.Tensor, gamma: float, lo: int, hi: int, need: bool):
-        from sdtw.cuda import _launch
-
+        _launch = _launcher_module()
         c = _kernel_dtype(cost).contiguous()
         out, P = _launch.forward(c, None, gamma, lo, hi, store=need)
         ctx.P = P
@@ -104,8 +117,7 @@ class _CostFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
-        from sdtw.cuda import _launch
-
+        _launch = _launcher_module()
         P = ctx.P
         if P is None:
             raise RuntimeError(_TWICE)
@@ -117,8 +129,7 @@ class _CostFunction(torch.autograd.Function):
 class _FusedFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int, need: bool):
-        from sdtw.cuda import _launch
-
+        _launch = _launcher_module()
         xk = _kernel_dtype(x).contiguous()
         yk = _kernel_dtype(y).contiguous()
         out, P = _launch.forward(xk, yk, gamma, lo, hi, store=need)
@@ -129,8 +140,7 @@ class _FusedFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
-        from sdtw.cuda import _launch
-
+        _launch = _launcher_module()
         P = ctx.P
         if P is None:
             raise RuntimeError(_TWICE)

@@ -19,7 +19,6 @@ patch_numpy_for_numba()
 from numba import cuda  # noqa: E402
 
 from sdtw.cuda import _kernels as K  # noqa: E402
-from sdtw.cuda import simulator_enabled  # noqa: E402
 
 #: Numba kernel launches made by this module, by kind ("forward", "backward"); the benchmark
 #: reads the difference around a step.  torch's own small ops (zeros, sums, bmm) are not
@@ -31,14 +30,14 @@ _streams: dict[int, object] = {}
 
 def _arr(t: torch.Tensor):
     """A numba view of a tensor: a NumPy array under the simulator, a device array on a GPU."""
-    if simulator_enabled():
+    if K.SIMULATED:
         return t.detach().numpy()
     return cuda.as_cuda_array(t.detach(), sync=False)
 
 
 def _stream(device: torch.device):
     """torch's current stream as (numba stream, cuda.core stream or None), cached per handle."""
-    if simulator_enabled():
+    if K.SIMULATED:
         return 0, None
     ptr = torch.cuda.current_stream(device).cuda_stream
     s = _streams.get(ptr)
@@ -82,10 +81,10 @@ class _Launcher:
         stream, core_stream = streams
         key = tuple(self._key(a) for a in args)
         entry = self.cache.get(key)
-        if entry is None or entry is False or simulator_enabled():
+        if entry is None or entry is False or K.SIMULATED:
             conv = [_arr(a) if isinstance(a, torch.Tensor) else a for a in args]
             self.dispatcher[grid, block, stream](*conv)
-            if entry is None and not simulator_enabled():
+            if entry is None and not K.SIMULATED:
                 self.cache[key] = self._find(conv)
             return
         kernel, config_for = entry
