@@ -387,6 +387,26 @@ def _put8(blk, plane, r0, v, i0, N, col_ok, base, sgn, zero):
 
 
 @_device
+def _col32(A, i0, N, jc):
+    """The band's 32 rows of column ``jc`` of ``A``: four :func:`_col8` loads."""
+    return (
+        _col8(A, 0, i0, N, jc),
+        _col8(A, 8, i0, N, jc),
+        _col8(A, 16, i0, N, jc),
+        _col8(A, 24, i0, N, jc),
+    )
+
+
+@_device
+def _put32(blk, plane, v, i0, N, col_ok, base, sgn, zero):
+    """Store :func:`_col32`'s values (see :func:`_put8`)."""
+    _put8(blk, plane, 0, v[0], i0, N, col_ok, base, sgn, zero)
+    _put8(blk, plane, 8, v[1], i0, N, col_ok, base, sgn, zero)
+    _put8(blk, plane, 16, v[2], i0, N, col_ok, base, sgn, zero)
+    _put8(blk, plane, 24, v[3], i0, N, col_ok, base, sgn, zero)
+
+
+@_device
 def _feat16(A, first, lim, dc):
     """Feature ``dc`` of rows ``first, first + 2, .., first + 30`` of the 2-D array ``A`` (rows
     clamped to ``lim``): sixteen independent loads, issued back to back."""
@@ -432,6 +452,12 @@ def _sum8(h, lo):
         max(float64(h[6]) + float64(lo[6]), 0.0),
         max(float64(h[7]) + float64(lo[7]), 0.0),
     )
+
+
+@_device
+def _sum32(h, lo):
+    """:func:`_sum8` of two :func:`_col32` loads."""
+    return _sum8(h[0], lo[0]), _sum8(h[1], lo[1]), _sum8(h[2], lo[2]), _sum8(h[3], lo[3])
 
 
 #: Where the forward kernel gets its costs (a compile-time constant of each kernel).
@@ -626,11 +652,9 @@ def _build_forward(mode: str, fast: bool):
                 Xl = Xb
             Yb = Xb
             jn = min(tid, M - 1)
-            a0, a1 = _col8(Xb, 0, i0, N, jn), _col8(Xb, 8, i0, N, jn)
-            a2, a3 = _col8(Xb, 16, i0, N, jn), _col8(Xb, 24, i0, N, jn)
+            a = _col32(Xb, i0, N, jn)
             if split:
-                l0, l1 = _col8(Xl, 0, i0, N, jn), _col8(Xl, 8, i0, N, jn)
-                l2, l3 = _col8(Xl, 16, i0, N, jn), _col8(Xl, 24, i0, N, jn)
+                a_lo = _col32(Xl, i0, N, jn)
         for c in range(nchunks):
             j0 = c * TW
             jl = j0 + tid  # the column this thread stages
@@ -641,21 +665,13 @@ def _build_forward(mode: str, fast: bool):
                 # (split: chunk c's distances were read one chunk ago; its weights go over
                 # them one chunk from now, by this block: read before write, same cells.)
                 if split:
-                    _put8(blk, 0, 0, _sum8(a0, l0), i0, N, jl < M, jl, 1, zero)
-                    _put8(blk, 0, 8, _sum8(a1, l1), i0, N, jl < M, jl, 1, zero)
-                    _put8(blk, 0, 16, _sum8(a2, l2), i0, N, jl < M, jl, 1, zero)
-                    _put8(blk, 0, 24, _sum8(a3, l3), i0, N, jl < M, jl, 1, zero)
+                    _put32(blk, 0, _sum32(a, a_lo), i0, N, jl < M, jl, 1, zero)
                 else:
-                    _put8(blk, 0, 0, a0, i0, N, jl < M, jl, 1, zero)
-                    _put8(blk, 0, 8, a1, i0, N, jl < M, jl, 1, zero)
-                    _put8(blk, 0, 16, a2, i0, N, jl < M, jl, 1, zero)
-                    _put8(blk, 0, 24, a3, i0, N, jl < M, jl, 1, zero)
+                    _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
                 jn = min(jl + TW, M - 1)
-                a0, a1 = _col8(Xb, 0, i0, N, jn), _col8(Xb, 8, i0, N, jn)
-                a2, a3 = _col8(Xb, 16, i0, N, jn), _col8(Xb, 24, i0, N, jn)
+                a = _col32(Xb, i0, N, jn)
                 if split:
-                    l0, l1 = _col8(Xl, 0, i0, N, jn), _col8(Xl, 8, i0, N, jn)
-                    l2, l3 = _col8(Xl, 16, i0, N, jn), _col8(Xl, 24, i0, N, jn)
+                    a_lo = _col32(Xl, i0, N, jn)
             sync_band()
             for r in range(TB):
                 acc[r] = 0.0
@@ -794,29 +810,17 @@ def _build_backward(fast: bool):
         Pd = P[b, 0]  # this pair's weights, (N, M) each
         Pu = P[b, 1]
         jn = max(M - 1 - tid, 0)
-        d0, d1 = _col8(Pd, 0, i0, N, jn), _col8(Pd, 8, i0, N, jn)
-        d2, d3 = _col8(Pd, 16, i0, N, jn), _col8(Pd, 24, i0, N, jn)
-        u0, u1 = _col8(Pu, 0, i0, N, jn), _col8(Pu, 8, i0, N, jn)
-        u2, u3 = _col8(Pu, 16, i0, N, jn), _col8(Pu, 24, i0, N, jn)
+        wd, wu = _col32(Pd, i0, N, jn), _col32(Pu, i0, N, jn)
         for c in range(nchunks):
             s0c = c * TW
             pl = s0c + tid  # the position this thread stages
             jl = M - 1 - pl
             # as in the forward: registers (chunk c) into the ring, then load chunk c + 1
             col_ok = jl >= 0
-            _put8(blk, 0, 0, d0, i0, N, col_ok, pl + TB - 1, -1, zero)
-            _put8(blk, 0, 8, d1, i0, N, col_ok, pl + TB - 1, -1, zero)
-            _put8(blk, 0, 16, d2, i0, N, col_ok, pl + TB - 1, -1, zero)
-            _put8(blk, 0, 24, d3, i0, N, col_ok, pl + TB - 1, -1, zero)
-            _put8(blk, 1, 0, u0, i0, N, col_ok, pl + TB - 1, -1, zero)
-            _put8(blk, 1, 8, u1, i0, N, col_ok, pl + TB - 1, -1, zero)
-            _put8(blk, 1, 16, u2, i0, N, col_ok, pl + TB - 1, -1, zero)
-            _put8(blk, 1, 24, u3, i0, N, col_ok, pl + TB - 1, -1, zero)
+            _put32(blk, 0, wd, i0, N, col_ok, pl + TB - 1, -1, zero)
+            _put32(blk, 1, wu, i0, N, col_ok, pl + TB - 1, -1, zero)
             jn = max(jl - TW, 0)
-            d0, d1 = _col8(Pd, 0, i0, N, jn), _col8(Pd, 8, i0, N, jn)
-            d2, d3 = _col8(Pd, 16, i0, N, jn), _col8(Pd, 24, i0, N, jn)
-            u0, u1 = _col8(Pu, 0, i0, N, jn), _col8(Pu, 8, i0, N, jn)
-            u2, u3 = _col8(Pu, 16, i0, N, jn), _col8(Pu, 24, i0, N, jn)
+            wd, wu = _col32(Pd, i0, N, jn), _col32(Pu, i0, N, jn)
             sync_band()
             for gq in range(TW // G):
                 s0 = s0c + gq * G
