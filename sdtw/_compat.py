@@ -5,14 +5,13 @@
   ``AttributeError`` on such numpy.  Restoring the alias (only when missing) is harmless and
   must run before ``numba.cuda`` compiles anything.
 * numba-cuda's CUDA simulator creates a launch's shared arrays lazily, keyed by the call site,
-  with an unlocked look-up-then-insert (``FakeCUDAShared.array``): when several simulated
-  threads of the launch's first block reach ``cuda.shared.array`` at once, each can create and
-  keep its *own* array, and from then on they do not share it.  Our kernels then read values
-  their neighbours never wrote (intermittent NaN or wrong results in the first block, about one
-  simulator test run in five).  :func:`patch_simulator_shared_arrays` serialises it, and
-  fills each new float shared array with NaN: shared memory starts with whatever the last
-  kernel left there on a GPU, so a kernel that reads a slot before writing it should fail in
-  the simulator every time, not once in a while.
+  with an unlocked look-up-then-insert (``FakeCUDAShared.array``), as ``np.empty``.
+  :func:`patch_simulator_shared_arrays` serialises the creation (two simulated threads could
+  otherwise each create and keep their own "shared" array; we never saw it happen) and fills
+  each new float shared array with NaN.  Shared memory starts with whatever the last kernel
+  left there on a GPU, so a kernel that reads a slot before writing it should fail in the
+  simulator every time, not once in a while: that is how the backward's read of unwritten ring
+  slots (0 * a stale NaN = NaN, about one simulator test run in five) was pinned down.
 """
 
 from __future__ import annotations

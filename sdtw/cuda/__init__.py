@@ -113,7 +113,7 @@ class _CostFunction(torch.autograd.Function):
         c = _kernel_dtype(cost).contiguous()
         out, P = _launch.forward(c, None, gamma, lo, hi, store=need)
         ctx.P = P
-        return out if out.dtype == cost.dtype else out.to(cost.dtype)
+        return out.to(cost.dtype)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
@@ -123,7 +123,7 @@ class _CostFunction(torch.autograd.Function):
             raise RuntimeError(_TWICE)
         ctx.P = None
         E, _ = _launch.backward(P, grad_out)
-        return (E if E.dtype == grad_out.dtype else E.to(grad_out.dtype)), None, None, None, None
+        return E.to(grad_out.dtype), None, None, None, None
 
 
 class _FusedFunction(torch.autograd.Function):
@@ -136,7 +136,7 @@ class _FusedFunction(torch.autograd.Function):
         ctx.P = P
         if need:
             ctx.save_for_backward(x, y)
-        return out if out.dtype == x.dtype else out.to(x.dtype)
+        return out.to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
@@ -149,17 +149,17 @@ class _FusedFunction(torch.autograd.Function):
         N = x.shape[1]
         E, S = _launch.backward(P, grad_out, sums=True)  # E (B, N, M), batch stride 2 N M
         del P
-        xe = x if x.dtype == E.dtype else x.to(E.dtype)
-        ye = y if y.dtype == E.dtype else y.to(E.dtype)
+        xe = x.to(E.dtype)  # (``to`` returns the tensor itself when the dtype matches)
+        ye = y.to(E.dtype)
         # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
         # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
         gx = gy = None
         if ctx.needs_input_grad[0]:
             gx = torch.baddbmm(xe * S[:, :N, None], E, ye, beta=2.0, alpha=-2.0)
-            gx = gx if gx.dtype == x.dtype else gx.to(x.dtype)
+            gx = gx.to(x.dtype)
         if ctx.needs_input_grad[1]:
             gy = torch.baddbmm(ye * S[:, N:, None], E.transpose(1, 2), xe, beta=2.0, alpha=-2.0)
-            gy = gy if gy.dtype == y.dtype else gy.to(y.dtype)
+            gy = gy.to(y.dtype)
         return gx, gy, None, None, None, None
 
 
