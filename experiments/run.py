@@ -156,8 +156,8 @@ def _git() -> tuple[str, str]:
     if os.environ.get("SDTW_GIT_SHA"):
         return os.environ["SDTW_GIT_SHA"], os.environ.get("SDTW_GIT_DIRTY", "")
     sha = _command("git", "rev-parse", "HEAD")
-    if sha is None:
-        return os.environ.get("SDTW_GIT_SHA", "unknown"), os.environ.get("SDTW_GIT_DIRTY", "")
+    if sha is None:  # no .git and no SDTW_GIT_SHA
+        return "unknown", ""
     status = _command("git", "status", "--porcelain", "--", ".", ":(exclude)experiments/results")
     return sha, ("" if status is None else str(bool(status)).lower())
 

@@ -19,7 +19,7 @@ SIM_SHAPES = [
     (1, 33, 1, 2),
     (1, 33, 40, 3),
     (1, 65, 34, 2),
-    (1, 33, 40, 70),  # fused: more features than the groups' passes (64) of a chunk
+    (1, 33, 40, 70),  # fused: D past several 16-feature staging passes, the last one partial
 ]
 GAMMAS = [1.0, 0.1, 0.01, 0.001]
 #: relative tolerance (norm of difference / norm of reference) per input dtype

@@ -110,7 +110,7 @@ def test_sim_launches_per_pass(rng, fused, forward_launches):
 @pytest.mark.parametrize("B,N,M,D", [(1, 33, 40, 70), (2, 5, 7, 3)])
 def test_sim_fused_no_grad(rng, B, N, M, D):
     """Without gradients the fused forward computes the distances in the DP kernel itself (no
-    (N, M) buffer): its own path, checked here (including D past one chunk's 64 features)."""
+    (N, M) buffer): its own path, checked here (D = 70: several staging passes, one partial)."""
     x, y = randn(rng, B, N, D), randn(rng, B, M, D)
     with torch.no_grad():
         v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
