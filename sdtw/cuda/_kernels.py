@@ -673,9 +673,6 @@ def _build_forward(mode: str, fast: bool):
                 if split:
                     a_lo = _col32(Xl, i0, N, jn)
             sync_band()
-            for r in range(TB):
-                acc[r] = 0.0
-            yy = 0.0
             for gq in range(TW // G):
                 s0 = j0 + gq * G
                 if k > 0:
@@ -684,6 +681,9 @@ def _build_forward(mode: str, fast: bool):
             if fused and jn0 < M:
                 # Chunk c + 1's distances, after this chunk's steps.  (Interleaving them with
                 # the steps, two features per step, was 20-27% slower on the H200.)
+                for r in range(TB):
+                    acc[r] = 0.0
+                yy = 0.0
                 for d0 in range(0, D, DC):
                     stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh)
                     for e in range(DC):
