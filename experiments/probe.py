@@ -8,7 +8,8 @@ target configs (B = 32, D = 64, N = M in 512, 1024, 2048), unfused and fused.  A
 printout (CUDA-event medians of 10 after a warm-up), not a benchmark: the benchmark numbers
 come from ``python -m experiments.run``.  ``--host``: the host time of each piece of a small
 training step; ``--memory``: a step's peak memory split into forward and backward;
-``--profile``: cProfile and torch.profiler of one.
+``--profile``: cProfile and torch.profiler of one; ``--bscan``: time against batch size at
+N = 1024; ``--ncu``: a few steps at B = 32, N = 1024 to run under Nsight Compute.
 """
 
 from __future__ import annotations
@@ -193,6 +194,44 @@ def host(B: int = 32, N: int = 128, D: int = 64, n: int = 200) -> None:
         print(f"B={B} N={N} D={D} host {host_us(fn):8.1f} us  {name}", flush=True)
 
 
+def bscan(N: int = 1024, D: int = 64) -> None:
+    """Forward (no gradient, unfused) and fused forward + backward time against the batch size
+    at one length: where the per-SM contention between bands starts (B = 1 has one warp per
+    band and SM to spare; at B = 32, N = 1024 every SM holds about 8)."""
+    for B in (1, 2, 4, 8, 16, 24, 32):
+        cost = torch.rand(B, N, N, device="cuda")
+        x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+        y = torch.randn(B, N, D, device="cuda")
+
+        def fwd():
+            sdtw.softdtw_from_cost(cost, gamma=1.0, backend="cuda")
+
+        def step():
+            sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=True).sum().backward()
+            x.grad = None
+
+        f, s = median_ms(fwd), median_ms(step)
+        print(
+            f"B={B} N={N}: forward (unfused, no grad) {f:.3f} ms "
+            f"({f * 1e3 / (2 * N - 1):.3f} us per anti-diagonal), fused forward+backward {s:.3f} ms",
+            flush=True,
+        )
+
+
+def ncu_case(N: int = 1024, B: int = 32, D: int = 64) -> None:
+    """Three fused training steps and three unfused no-gradient forwards at one config, for
+    ``ncu`` (profile the last of each kernel: ``--launch-skip``)."""
+    x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+    y = torch.randn(B, N, D, device="cuda")
+    cost = torch.rand(B, N, N, device="cuda")
+    for _ in range(3):
+        sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=True).sum().backward()
+        x.grad = None
+    for _ in range(3):
+        sdtw.softdtw_from_cost(cost, gamma=1.0, backend="cuda")
+    torch.cuda.synchronize()
+
+
 def _no_grad(x, y, fused):
     with torch.no_grad():
         return sdtw.softdtw(x, y, backend="cuda", fused=fused)
@@ -212,6 +251,12 @@ def main() -> None:
         return
     if "--memory" in sys.argv:
         memory()
+        return
+    if "--bscan" in sys.argv:
+        bscan()
+        return
+    if "--ncu" in sys.argv:
+        ncu_case()
         return
     for B, N, M in [(1, 32, 8192), (1, 64, 8192), (1, 256, 8192), (1, 2048, 2048)]:
         print(bands(B, N, M), flush=True)
