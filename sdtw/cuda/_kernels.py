@@ -92,6 +92,40 @@ def _device(fn):
     return cuda.jit(device=True, forceinline=True)(fn)
 
 
+def _kernel(fn):
+    """A kernel that asks for the largest shared-memory carveout (``"maxshared"``: 228 KB of
+    the SM's 256 KB L1/shared on Hopper).  The blocks hold 17-26 KB of shared memory each, and
+    with the driver's default split an H200 SM held only 5 (split forward) or 7 (cost forward,
+    backward) of them, below the 8 that registers allow, so that from B * ceil(N / 32) ~ 660
+    (resp. 920) blocks on some bands had to wait for a second round: the forward at B = 32,
+    N = 1024 took 0.98 ms against 0.62 ms at B = 24 (``probe-dev.txt``, run 8).  The kernels
+    read global memory through L2 (atomics, streamed costs), so the smaller L1 costs nothing."""
+    if SIMULATED:
+        return cuda.jit(fn)
+    if not _HAS_CARVEOUT:
+        return cuda.jit(fn)
+    return cuda.jit(shared_memory_carveout="maxshared")(fn)
+
+
+def _has_carveout() -> bool:
+    import inspect
+    import warnings
+
+    if "shared_memory_carveout" in inspect.signature(cuda.jit).parameters:
+        return True
+    warnings.warn(
+        "sdtw: this numba-cuda's cuda.jit has no shared_memory_carveout; the kernels run with "
+        "the driver's default L1/shared split (fewer resident blocks per SM: slower from about "
+        "B * N / 32 > 600 on an H200)",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+    return False
+
+
+_HAS_CARVEOUT = SIMULATED or _has_carveout()
+
+
 TB = 32  # rows per band = threads per block (one warp)
 TW = 32  # columns per chunk (published / staged together); TW == TB is assumed below
 DC = 16  # features staged per pass of the fused distances
@@ -566,7 +600,7 @@ def _build_forward(mode: str, fast: bool):
             v = max(v, 0.0) * scale
             blk[0, r, ring(jl + r)] = v if (i0 + r < N and jl < M) else 0.0
 
-    @cuda.jit
+    @_kernel
     def forward(X, Y, N, M, D, gamma, lo, hi, P, Rb, out, store):
         """One block per (band, pair).
 
@@ -755,7 +789,7 @@ def _build_backward(fast: bool):
             Gb[uint64(own + p)] = as_bits(v)
         return e_left, e * pd, from_next_lane(v, xch, s & 1), rs + e
 
-    @cuda.jit
+    @_kernel
     def backward(P, N, M, gout, Gb, sums):
         """Expected alignment, written in place: ``P[:, 1] <- E * gout``; if ``sums`` is
         (B, N + M) float64 zeros (not a (1, 1) placeholder), also its row sums ``sums[:, :N]``
@@ -869,7 +903,7 @@ def _build_park(fast: bool):
     otherwise float64 (``hi`` exact, ``lo`` zero)."""
     hi_t = float32 if fast else float64
 
-    @cuda.jit
+    @_kernel
     def park(X, Y, P):
         """X (B, N, D), Y (B, M, D) -> P[:, 0] + P[:, 1] = squared distances (float64 math);
         one block per (pair, row tile, column tile), ``B * nti * ntj`` blocks."""
