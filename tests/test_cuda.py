@@ -119,24 +119,42 @@ def test_sim_fused_no_grad(rng, B, N, M, D):
     assert rel_err(v, ref) <= TOL[torch.float64] and rel_err(v32, ref) <= TOL[torch.float32]
 
 
-@requires_sim
-@pytest.mark.cudasim
-def test_sim_park_distances(rng):
-    """The park kernel's float64 squared distances, split in two float32 planes, across its
-    row tile (PS = 128 rows) and feature pass (PK = 8) boundaries."""
+def _check_park(rng, device, dtype):
+    """The park kernel's float64 squared distances, split in two planes of P's dtype, across
+    its row and column tile (PS = 64) and feature pass (PK = 16) boundaries."""
     from sdtw.cuda import _kernels as K
     from sdtw.cuda import _launch
 
-    B, N, M, D = 1, K.PS + 2, 3, K.PK + 1
-    x, y = randn(rng, B, N, D, dtype=torch.float32), randn(rng, B, M, D, dtype=torch.float32)
-    P = torch.full((B, 2, N, M), float("nan"), dtype=torch.float32)
-    tiles = B * 2 * 1
-    _launch._launcher(K.PARK[True])(tiles, K.PARK_THREADS, _launch._stream(x.device), x, y, P)
-    ref = torch.cdist(x.double(), y.double()) ** 2
-    got = P[:, 0].double() + P[:, 1].double()
+    B, N, M, D = 2, K.PS + 2, K.PS + 1, K.PK + 1
+    x = randn(rng, B, N, D, dtype=dtype, device=device)
+    y = randn(rng, B, M, D, dtype=dtype, device=device)
+    P = torch.full((B, 2, N, M), float("nan"), dtype=dtype, device=device)
+    tiles = B * 2 * 2
+    fast = dtype == torch.float32
+    _launch._launcher(K.PARK[fast])(tiles, K.PARK_THREADS, _launch._stream(x.device), x, y, P)
+    P = P.cpu().double()
+    ref = torch.cdist(x.cpu().double(), y.cpu().double()) ** 2
+    got = P[:, 0] + P[:, 1]
     assert (got - ref).abs().max() <= 1e-12 * ref.abs().max()
-    # hi is the float32 rounding (within half a float32 ulp), lo the remainder
-    assert ((P[:, 0].double() - ref).abs() <= ref.abs() * 2.0**-24).all()
+    if fast:  # hi is the float32 rounding (within half a float32 ulp), lo the remainder
+        assert ((P[:, 0] - ref).abs() <= ref.abs() * 2.0**-24).all()
+    else:  # hi is the float64 distance itself
+        assert (P[:, 1] == 0).all()
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_park_distances(rng):
+    _check_park(rng, "cpu", torch.float32)
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gpu_park_distances(rng, dtype):
+    """The same on the GPU, where the dot products are float64 tensor-core mma (the simulator
+    has a per-lane twin of it)."""
+    _check_park(rng, "cuda", dtype)
 
 
 @requires_gpu

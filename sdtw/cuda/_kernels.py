@@ -886,16 +886,88 @@ def _build_backward(fast: bool):
 # ------------------------------------------------------------------
 # ``park`` fills ``P`` (B, 2, N, M) with each cell's float64 squared distance
 # ``|x_i|^2 + |y_j|^2 - 2 x_i.y_j`` as ``hi + lo`` (``hi`` rounded to P's dtype, ``lo`` the
-# remainder) for the ``split`` forward.  A block of PQ x PQ threads computes a PS x PS tile,
-# ``PT x PT`` float64 accumulators per thread (rows ``ty + PQ a``, columns ``tx + PQ c``), with
-# PK features of the tile's rows and columns staged in shared memory per pass: 8 shared loads
-# feed 64 float64 FMAs.  One launch, no buffer besides ``P``; the writes (8 bytes a cell) and
-# the float64 FMAs (B N M D) are its cost.
-PT = 8  # distances per thread along each side
-PQ = 16  # threads per side
-PS = PT * PQ  # rows (and columns) per tile
-PK = 8  # features staged per pass
-PARK_THREADS = PQ * PQ  # (= 2 PS: one norm per thread)
+# remainder) for the ``split`` forward.  The dot products run on the float64 tensor cores
+# (``mma.sync.m8n8k4.f64``, IEEE float64 fused multiply-adds): a block of 4 warps computes a
+# PS x PS tile, each warp a 32 x 32 quarter as 4 x 4 tiles of 8 x 8, with PK features of the
+# tile's rows and columns staged in shared memory per pass (per 4 features a warp loads 8
+# fragments, one float64 per lane each, and issues 16 mma).  The squared norms are summed from
+# the same staged features.  One launch, no buffer besides ``P``.  (The float64 FMA version
+# it replaces, 8 x 8 accumulators per thread, took 514 us at B = 32, N = M = 1024, D = 64 on
+# the H200, 26% of the FMA pipe's peak: ``probe-dev.txt``, run 8.)
+PS = 64  # rows (and columns) per tile
+PK = 16  # features staged per pass
+PKP = PS + 4  # padded staging row (a fragment load's lanes fall in distinct banks)
+PARK_THREADS = 128  # 4 warps; (= 2 PS: one norm per thread)
+
+
+def _dmma_intrinsic():
+    """``(d0, d1) = mma.sync.m8n8k4.row.col.f64(a, b, (c0, c1))`` for one lane (inline PTX).
+
+    Lane ``l`` holds ``A[l // 4, l % 4]`` (8 x 4, row-major) in ``a``, ``B[l % 4, l // 4]``
+    (4 x 8) in ``b`` and ``C[l // 4, 2 (l % 4) + e]`` in ``c_e``; the result has C's layout.
+    Warp-collective: every lane of the warp must reach it together (marked as having side
+    effects, so that LLVM neither moves it into a branch nor merges it)."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def dmma(typingctx, a, b, c0, c1):
+        sig = types.UniTuple(types.float64, 2)(types.float64, types.float64, types.float64, types.float64)
+
+        def codegen(context, builder, signature, args):
+            dbl = ir.DoubleType()
+            fty = ir.FunctionType(ir.LiteralStructType([dbl, dbl]), [dbl, dbl, dbl, dbl])
+            res = builder.asm(
+                fty,
+                "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {$0, $1}, {$2}, {$3}, {$4, $5};",
+                "=d,=d,d,d,d,d",
+                args,
+                True,
+                name="dmma",
+            )
+            d0 = builder.extract_value(res, 0)
+            d1 = builder.extract_value(res, 1)
+            return context.make_tuple(builder, signature.return_type, [d0, d1])
+
+        return sig, codegen
+
+    return dmma
+
+
+if not SIMULATED:
+    _dmma = _dmma_intrinsic()
+
+
+@_device
+def _tile_mma_gpu(xs, ys, kb, rb, cb, lane, a, b, c0, c1):
+    return _dmma(a, b, c0, c1)
+
+
+@_device
+def _tile_mma_sim(xs, ys, kb, rb, cb, lane, a, b, c0, c1):
+    """The simulator's twin of one lane's ``mma`` (it has no warp-collective matrix op): the
+    lane's two outputs ``C[r, n], C[r, n + 1]`` (r = lane // 4, n = 2 (lane % 4)) of the 8 x 8
+    tile at rows ``rb``, columns ``cb``, from features ``kb .. kb + 3`` staged in ``xs``/``ys``."""
+    r = rb + (lane >> 2)
+    n = cb + 2 * (lane & 3)
+    for k in range(4):
+        xv = xs[kb + k, r]
+        c0 += xv * ys[kb + k, n]
+        c1 += xv * ys[kb + k, n + 1]
+    return c0, c1
+
+
+tile_mma = _tile_mma_sim if SIMULATED else _tile_mma_gpu
+
+
+@_device
+def _frag4(S, kb, base, lane):
+    """One lane's fragments of four 8-row tiles at ``base, base + 8, ..`` for features ``kb ..
+    kb + 3`` of a staged block (row ``lane // 4`` of each tile, feature ``kb + lane % 4``)."""
+    k = kb + (lane & 3)
+    r = base + (lane >> 2)
+    return S[k, r], S[k, r + 8], S[k, r + 16], S[k, r + 24]
 
 
 def _build_park(fast: bool):
@@ -918,19 +990,20 @@ def _build_park(fast: bool):
         ti = q % nti
         b = q // nti
         t = cuda.threadIdx.x
-        tx = t % PQ
-        ty = t // PQ
+        lane = t & 31
+        w = t >> 5
         i0 = ti * PS
         j0 = tj * PS
-        xs = cuda.shared.array((PK, PS), float64)  # feature-major: a row's PK features
-        ys = cuda.shared.array((PK, PS), float64)
+        rw = (w >> 1) * 32  # this warp's 32 x 32 quarter of the tile
+        cw = (w & 1) * 32
+        xs = cuda.shared.array((PK, PKP), float64)  # feature-major: a row's PK features
+        ys = cuda.shared.array((PK, PKP), float64)
         nrm = cuda.shared.array(PARK_THREADS, float64)  # rows' |x|^2, then columns' |y|^2
-        acc = cuda.local.array((PT, PT), float64)
-        xv = cuda.local.array(PT, float64)
-        yv = cuda.local.array(PT, float64)
-        for a in range(PT):
-            for c in range(PT):
-                acc[a, c] = 0.0
+        acc = cuda.local.array((4, 4, 2), float64)  # (row tile, column tile, lane's pair)
+        for a in range(4):
+            for c in range(4):
+                acc[a, c, 0] = 0.0
+                acc[a, c, 1] = 0.0
         sq = 0.0  # thread t < PS: row i0 + t's |x|^2; otherwise column j0 + t - PS's |y|^2
         for d0 in range(0, D, PK):
             cuda.syncthreads()  # every thread is done with the previous pass
@@ -946,23 +1019,31 @@ def _build_park(fast: bool):
             for k in range(PK):
                 v = xs[k, t] if t < PS else ys[k, t - PS]
                 sq += v * v
-                for a in range(PT):
-                    xv[a] = xs[k, ty + PQ * a]
-                    yv[a] = ys[k, tx + PQ * a]
-                for a in range(PT):
-                    for c in range(PT):
-                        acc[a, c] += xv[a] * yv[c]
+            for kb in range(0, PK, 4):
+                fa = _frag4(xs, kb, rw, lane)
+                fb = _frag4(ys, kb, cw, lane)
+                for a in range(4):
+                    for c in range(4):
+                        acc[a, c, 0], acc[a, c, 1] = tile_mma(
+                            xs, ys, kb, rw + 8 * a, cw + 8 * c, lane, fa[a], fb[c],
+                            acc[a, c, 0], acc[a, c, 1],
+                        )
         nrm[t] = sq
         cuda.syncthreads()
-        for a in range(PT):
-            i = i0 + ty + PQ * a
-            for c in range(PT):
-                j = j0 + tx + PQ * c
-                if i < N and j < M:
-                    v = (nrm[ty + PQ * a] + nrm[PS + tx + PQ * c]) - 2.0 * acc[a, c]
-                    h = hi_t(v)
-                    P[b, 0, i, j] = h
-                    P[b, 1, i, j] = v - float64(h)
+        ra = rw + (lane >> 2)  # the lane's row in each row tile, column pair in each column tile
+        cb = cw + 2 * (lane & 3)
+        for a in range(4):
+            il = ra + 8 * a
+            i = i0 + il
+            for c in range(4):
+                for e in range(2):
+                    jl = cb + 8 * c + e
+                    j = j0 + jl
+                    if i < N and j < M:
+                        v = (nrm[il] + nrm[PS + jl]) - 2.0 * acc[a, c, e]
+                        h = hi_t(v)
+                        P[b, 0, i, j] = h
+                        P[b, 1, i, j] = v - float64(h)
 
     return park
 
