@@ -131,7 +131,9 @@ def _check_park(rng, device, dtype):
     P = torch.full((B, 2, N, M), float("nan"), dtype=dtype, device=device)
     tiles = B * 2 * 2
     fast = dtype == torch.float32
-    _launch._launcher(K.PARK[fast])(tiles, K.PARK_THREADS, _launch._stream(x.device), x, y, P)
+    _launch._launcher(K.PARK[fast])(
+        tiles, K.PARK_THREADS, _launch._stream(x.device), x, y, P.view(-1), N, M
+    )
     P = P.cpu().double()
     ref = torch.cdist(x.cpu().double(), y.cpu().double()) ** 2
     got = P[:, 0] + P[:, 1]

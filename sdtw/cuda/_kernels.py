@@ -71,7 +71,7 @@ from __future__ import annotations
 import math
 import os
 
-from numba import cuda, float32, float64, int32, uint32, uint64
+from numba import cuda, float32, float64, int32, int64, uint32, uint64
 from numba.cuda import libdevice
 
 #: Numba's CPU simulator lacks warp shuffles, votes and libdevice: the small device functions
@@ -887,16 +887,21 @@ def _build_backward(fast: bool):
 # ``park`` fills ``P`` (B, 2, N, M) with each cell's float64 squared distance
 # ``|x_i|^2 + |y_j|^2 - 2 x_i.y_j`` as ``hi + lo`` (``hi`` rounded to P's dtype, ``lo`` the
 # remainder) for the ``split`` forward.  The dot products run on the float64 tensor cores
-# (``mma.sync.m8n8k4.f64``, IEEE float64 fused multiply-adds): a block of 4 warps computes a
+# (``mma.sync.m8n8k4.f64``: IEEE float64 fused multiply-adds): a block of 4 warps computes a
 # PS x PS tile, each warp a 32 x 32 quarter as 4 x 4 tiles of 8 x 8, with PK features of the
-# tile's rows and columns staged in shared memory per pass (per 4 features a warp loads 8
-# fragments, one float64 per lane each, and issues 16 mma).  The squared norms are summed from
-# the same staged features.  One launch, no buffer besides ``P``.  (The float64 FMA version
-# it replaces, 8 x 8 accumulators per thread, took 514 us at B = 32, N = M = 1024, D = 64 on
-# the H200, 26% of the FMA pipe's peak: ``probe-dev.txt``, run 8.)
+# tile's rows and columns staged in shared memory per pass (the next pass's loaded into
+# registers meanwhile); per 4 features a warp loads 8 fragments (one float64 per lane each) and
+# issues 16 mma.  The squared norms are summed from the same staged features.  The tile goes
+# out through shared memory, one plane at a time, as whole rows (coalesced).  Shared-memory
+# indices are unsigned 32-bit and P is written through a flat view, so that no 64-bit index
+# arithmetic sits in the loops.  One launch, no buffer besides ``P``.
 PS = 64  # rows (and columns) per tile
 PK = 16  # features staged per pass
 PKP = PS + 4  # padded staging row (a fragment load's lanes fall in distinct banks)
+PSX = PK * PKP  # where the columns' features start in the staging array
+PS1 = PS + 1  # padded output row
+PSTAGE = 2 * PSX  # staging array size
+POUT = 32 * PS1  # output half-tile size (32 rows: float64 fits in the static 48 KB too)
 PARK_THREADS = 128  # 4 warps; (= 2 PS: one norm per thread)
 
 
@@ -913,7 +918,8 @@ def _dmma_intrinsic():
 
     @intrinsic
     def dmma(typingctx, a, b, c0, c1):
-        sig = types.UniTuple(types.float64, 2)(types.float64, types.float64, types.float64, types.float64)
+        f8 = types.float64
+        sig = types.UniTuple(f8, 2)(f8, f8, f8, f8)
 
         def codegen(context, builder, signature, args):
             dbl = ir.DoubleType()
@@ -940,21 +946,21 @@ if not SIMULATED:
 
 
 @_device
-def _tile_mma_gpu(xs, ys, kb, rb, cb, lane, a, b, c0, c1):
+def _tile_mma_gpu(S, kb, rb, cb, lane, a, b, c0, c1):
     return _dmma(a, b, c0, c1)
 
 
 @_device
-def _tile_mma_sim(xs, ys, kb, rb, cb, lane, a, b, c0, c1):
+def _tile_mma_sim(S, kb, rb, cb, lane, a, b, c0, c1):
     """The simulator's twin of one lane's ``mma`` (it has no warp-collective matrix op): the
     lane's two outputs ``C[r, n], C[r, n + 1]`` (r = lane // 4, n = 2 (lane % 4)) of the 8 x 8
-    tile at rows ``rb``, columns ``cb``, from features ``kb .. kb + 3`` staged in ``xs``/``ys``."""
+    tile at rows ``rb``, columns ``cb``, from features ``kb .. kb + 3`` staged in ``S``."""
     r = rb + (lane >> 2)
-    n = cb + 2 * (lane & 3)
+    n = PSX + cb + 2 * (lane & 3)
     for k in range(4):
-        xv = xs[kb + k, r]
-        c0 += xv * ys[kb + k, n]
-        c1 += xv * ys[kb + k, n + 1]
+        xv = S[(kb + k) * PKP + r]
+        c0 += xv * S[(kb + k) * PKP + n]
+        c1 += xv * S[(kb + k) * PKP + n + 1]
     return c0, c1
 
 
@@ -962,12 +968,40 @@ tile_mma = _tile_mma_sim if SIMULATED else _tile_mma_gpu
 
 
 @_device
-def _frag4(S, kb, base, lane):
-    """One lane's fragments of four 8-row tiles at ``base, base + 8, ..`` for features ``kb ..
-    kb + 3`` of a staged block (row ``lane // 4`` of each tile, feature ``kb + lane % 4``)."""
-    k = kb + (lane & 3)
-    r = base + (lane >> 2)
-    return S[k, r], S[k, r + 8], S[k, r + 16], S[k, r + 24]
+def _frag4(S, base):
+    """A lane's fragments of four 8-row tiles: ``S[base + 8 a]``, a < 4 (``base`` = the lane's
+    feature row and tile row in the staging array)."""
+    return S[base], S[base + uint32(8)], S[base + uint32(16)], S[base + uint32(24)]
+
+
+@_device
+def _park_load(A, b, r0, n1, d, t):
+    """Feature ``d`` of rows ``r0 + t // PK + 8 u`` (u < 8, clamped to ``n1``) of ``A[b]``:
+    eight independent loads (in the input's dtype)."""
+    r = r0 + (t >> 4)
+    return (
+        A[b, min(r, n1), d],
+        A[b, min(r + 8, n1), d],
+        A[b, min(r + 16, n1), d],
+        A[b, min(r + 24, n1), d],
+        A[b, min(r + 32, n1), d],
+        A[b, min(r + 40, n1), d],
+        A[b, min(r + 48, n1), d],
+        A[b, min(r + 56, n1), d],
+    )
+
+
+@_device
+def _park_store(S, v, base, ok):
+    """Store :func:`_park_load`'s values as float64 in ``S[base + 8 u]`` (zero unless ``ok``)."""
+    S[base] = float64(v[0]) if ok else 0.0
+    S[base + uint32(8)] = float64(v[1]) if ok else 0.0
+    S[base + uint32(16)] = float64(v[2]) if ok else 0.0
+    S[base + uint32(24)] = float64(v[3]) if ok else 0.0
+    S[base + uint32(32)] = float64(v[4]) if ok else 0.0
+    S[base + uint32(40)] = float64(v[5]) if ok else 0.0
+    S[base + uint32(48)] = float64(v[6]) if ok else 0.0
+    S[base + uint32(56)] = float64(v[7]) if ok else 0.0
 
 
 def _build_park(fast: bool):
@@ -975,13 +1009,50 @@ def _build_park(fast: bool):
     otherwise float64 (``hi`` exact, ``lo`` zero)."""
     hi_t = float32 if fast else float64
 
+    @_device
+    def put_half(O, acc, nrm, ra, cb, lo_part):
+        """The lane's 32 values of one plane (``hi`` or, with ``lo_part``, ``lo``) into the
+        half-tile ``O`` (32 x PS1, row-major; ``ra`` is the lane's row in it)."""
+        for a in range(4):
+            il = ra + uint32(8 * a)
+            for c in range(4):
+                for e in range(2):
+                    jl = cb + uint32(8 * c + e)
+                    v = (nrm[il] + nrm[uint32(PS) + jl]) - 2.0 * acc[a, c, e]
+                    h = hi_t(v)
+                    O[(il & uint32(31)) * uint32(PS1) + jl] = hi_t(v - float64(h)) if lo_part else h
+
+    @_device
+    def write_half(Pf, O, base, M, rows, col_ok, t):
+        """Write the half-tile's first ``rows`` rows as whole rows: thread t writes column
+        ``t % PS`` of rows ``t // PS + 2 u`` to ``Pf[base + (t // PS + 2 u) M]``."""
+        r = t >> 6
+        src = r * uint32(PS1) + (t & uint32(PS - 1))
+        dst = base + r * M
+        if col_ok:
+            while r < rows:
+                Pf[dst] = O[src]
+                r += uint32(2)
+                src += uint32(2 * PS1)
+                dst += 2 * M
+
+    @_device
+    def epilogue(Pf, O, acc, nrm, ra, cb, base, M, rows, col_ok, t, w, lo_part):
+        """One plane of the tile out through ``O``, 32 rows (two warps' quarters) at a time."""
+        for half in range(2):
+            if (w >> 1) == half:
+                put_half(O, acc, nrm, ra, cb, lo_part)
+            cuda.syncthreads()
+            r_half = uint32(min(max(rows - 32 * half, 0), 32))
+            write_half(Pf, O, base + 32 * half * M, M, r_half, col_ok, t)
+            cuda.syncthreads()
+
     @_kernel
-    def park(X, Y, P):
-        """X (B, N, D), Y (B, M, D) -> P[:, 0] + P[:, 1] = squared distances (float64 math);
-        one block per (pair, row tile, column tile), ``B * nti * ntj`` blocks."""
-        N = X.shape[1]
+    def park(X, Y, Pf, N, M):
+        """X (B, N, D), Y (B, M, D) -> P[:, 0] + P[:, 1] = squared distances (float64 math),
+        with ``Pf`` the flat view of P (B, 2, N, M); one block per (pair, row tile, column
+        tile), ``B * nti * ntj`` blocks."""
         D = X.shape[2]
-        M = Y.shape[1]
         nti = (N + PS - 1) // PS
         ntj = (M + PS - 1) // PS
         q = cuda.blockIdx.x
@@ -989,61 +1060,64 @@ def _build_park(fast: bool):
         q = q // ntj
         ti = q % nti
         b = q // nti
-        t = cuda.threadIdx.x
-        lane = t & 31
+        t = uint32(cuda.threadIdx.x)
+        lane = t & uint32(31)
         w = t >> 5
         i0 = ti * PS
         j0 = tj * PS
-        rw = (w >> 1) * 32  # this warp's 32 x 32 quarter of the tile
-        cw = (w & 1) * 32
-        xs = cuda.shared.array((PK, PKP), float64)  # feature-major: a row's PK features
-        ys = cuda.shared.array((PK, PKP), float64)
+        rw = (w >> 1) * uint32(32)  # this warp's 32 x 32 quarter of the tile
+        cw = (w & 1) * uint32(32)
+        # staging: rows' features at [k PKP + r], columns' at [PSX + k PKP + c]
+        S = cuda.shared.array(PSTAGE, float64)
         nrm = cuda.shared.array(PARK_THREADS, float64)  # rows' |x|^2, then columns' |y|^2
+        O = cuda.shared.array(POUT, hi_t)  # the output tile, a plane's half at a time
         acc = cuda.local.array((4, 4, 2), float64)  # (row tile, column tile, lane's pair)
         for a in range(4):
             for c in range(4):
                 acc[a, c, 0] = 0.0
                 acc[a, c, 1] = 0.0
-        sq = 0.0  # thread t < PS: row i0 + t's |x|^2; otherwise column j0 + t - PS's |y|^2
+        k_own = t & uint32(PK - 1)  # staging: feature d0 + k_own of rows t // PK + 8 u
+        st_base = k_own * uint32(PKP) + (t >> 4)
+        # the lane's fragment bases: feature row lane % 4, tile row lane // 4
+        fa_base = (lane & uint32(3)) * uint32(PKP) + rw + (lane >> 2)
+        fb_base = fa_base - rw + cw + uint32(PSX)
+        # norms: thread t < PS sums row t's squares, the others column t - PS's
+        nb = t if t < PS else t - uint32(PS) + uint32(PSX)
+        sq = 0.0
+        d = min(int64(k_own), D - 1)
+        fx = _park_load(X, b, i0, N - 1, d, t)
+        fy = _park_load(Y, b, j0, M - 1, d, t)
         for d0 in range(0, D, PK):
             cuda.syncthreads()  # every thread is done with the previous pass
-            for u in range(PK * PS // PARK_THREADS):
-                e = t + u * PARK_THREADS
-                r = e // PK  # consecutive threads: consecutive features of one row
-                d = d0 + e % PK
-                xi = min(i0 + r, N - 1)
-                yj = min(j0 + r, M - 1)
-                xs[e % PK, r] = float64(X[b, xi, d]) if d < D else 0.0
-                ys[e % PK, r] = float64(Y[b, yj, d]) if d < D else 0.0
+            ok = d0 + int64(k_own) < D
+            _park_store(S, fx, st_base, ok)
+            _park_store(S, fy, st_base + uint32(PSX), ok)
             cuda.syncthreads()
+            if d0 + PK < D:  # the next pass's features, in flight during this pass's products
+                d = min(d0 + PK + int64(k_own), D - 1)
+                fx = _park_load(X, b, i0, N - 1, d, t)
+                fy = _park_load(Y, b, j0, M - 1, d, t)
             for k in range(PK):
-                v = xs[k, t] if t < PS else ys[k, t - PS]
+                v = S[nb + uint32(k * PKP)]
                 sq += v * v
             for kb in range(0, PK, 4):
-                fa = _frag4(xs, kb, rw, lane)
-                fb = _frag4(ys, kb, cw, lane)
+                fa = _frag4(S, fa_base + uint32(kb * PKP))
+                fb = _frag4(S, fb_base + uint32(kb * PKP))
                 for a in range(4):
                     for c in range(4):
                         acc[a, c, 0], acc[a, c, 1] = tile_mma(
-                            xs, ys, kb, rw + 8 * a, cw + 8 * c, lane, fa[a], fb[c],
+                            S, kb, rw + 8 * a, cw + 8 * c, lane, fa[a], fb[c],
                             acc[a, c, 0], acc[a, c, 1],
                         )
         nrm[t] = sq
         cuda.syncthreads()
         ra = rw + (lane >> 2)  # the lane's row in each row tile, column pair in each column tile
-        cb = cw + 2 * (lane & 3)
-        for a in range(4):
-            il = ra + 8 * a
-            i = i0 + il
-            for c in range(4):
-                for e in range(2):
-                    jl = cb + 8 * c + e
-                    j = j0 + jl
-                    if i < N and j < M:
-                        v = (nrm[il] + nrm[PS + jl]) - 2.0 * acc[a, c, e]
-                        h = hi_t(v)
-                        P[b, 0, i, j] = h
-                        P[b, 1, i, j] = v - float64(h)
+        cb = cw + uint32(2) * (lane & uint32(3))
+        rows = min(PS, N - i0)
+        col_ok = j0 + (t & uint32(PS - 1)) < M
+        base = ((2 * b) * N + i0) * M + j0 + (t & uint32(PS - 1))
+        epilogue(Pf, O, acc, nrm, ra, cb, base, M, rows, col_ok, t, w, False)
+        epilogue(Pf, O, acc, nrm, ra, cb, base + N * M, M, rows, col_ok, t, w, True)
 
     return park
 

@@ -235,7 +235,7 @@ def forward(
     src, src2 = a, a  # the kernel's X and Y (Y unused unless fused)
     if fused and store:
         tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
-        _launcher(K.PARK[fast])(tiles, K.PARK_THREADS, streams, a, y, P)
+        _launcher(K.PARK[fast])(tiles, K.PARK_THREADS, streams, a, y, P.view(-1), N, M)
         launch_counts["forward"] += 1
         mode, src, src2 = K.SPLIT, P, P
     elif fused:
