@@ -363,20 +363,29 @@ sync_band = _sync_band_sim if SIMULATED else _sync_band_gpu
 
 
 @_device
-def handoff(hand, row, col0, limit, pref, grp, empty):
+def handoff(hand, row, col0, limit, pref, grp, empty, has):
     """Take one group of ``G`` boundary values into ``grp`` and prefetch the next group.
 
     Lanes ``0 .. G - 1`` hold in ``pref`` the bits of columns ``col0 + lane`` of the boundary
     row that starts at flat index ``row`` of ``hand`` (read one group earlier; columns
-    ``>= limit`` do not exist and read as ``empty``).  Wait until all are written (re-reading
+    ``>= limit`` do not exist and read as ``empty``, and so does the whole group unless ``has``:
+    a band at the table's edge calls this too, with ``row`` any valid row, so that the calls
+    need no branch; see below).  Wait until all are written (re-reading
     the missing ones), store them in the shared array ``grp`` for the group's steps, and
     return the bits of each lane's column in the next group, read now so that the read's
     latency overlaps this group's steps.  The prefetch is issued after the last barrier, which
-    therefore never waits for it.
+    therefore never waits for it, and by every lane, without a branch: lanes ``>= G`` read
+    columns further on and columns past the row read its padding column ``limit`` (both
+    ignored).  Issued under ``if``, the read's result was moved into ``pref``'s register inside
+    the branch, so the warp waited for the L2 round trip right there, once per group: that was
+    about 20% of a band's time (``probe-dev.txt``, run 8).  The same happens to a value carried
+    around a loop, so the kernels call this four times per chunk in straight-line code (the
+    result of one call goes to the next): the wait is left only once per chunk, at the loop's
+    back edge.
     """
     tid = cuda.threadIdx.x
     col = col0 + tid
-    mine = (tid < G) & (col < limit)
+    mine = has & (tid < G) & (col < limit)
     while any_lane(mine & (pref == SENTINEL)):
         if mine & (pref == SENTINEL):
             pref = cuda.atomic.add(hand, row + col, 0)
@@ -384,9 +393,7 @@ def handoff(hand, row, col0, limit, pref, grp, empty):
     if tid < G:
         grp[tid] = from_bits(pref) if mine else empty
     sync_band()
-    if (tid < G) & (col + G < limit):
-        pref = cuda.atomic.add(hand, row + col + G, 0)
-    return pref
+    return cuda.atomic.add(hand, row + min(col + G, limit), 0)
 
 
 @_device
@@ -659,9 +666,9 @@ def _build_forward(mode: str, fast: bool):
             grp[tid] = INF  # the top band's row above (k > 0 overwrites it group by group)
         # (r_diag, r_left, up_next); R[-1, -1] = 0 is lane 0's first diagonal in the top band
         st = (0.0 if (k == 0 and tid == 0) else INF, INF, INF)
-        pref = SENTINEL
-        if k > 0 and tid < G and tid < M:
-            pref = cuda.atomic.add(Rb, own - (M + 1) + tid, 0)
+        has = k > 0  # a band above to take the row from
+        above = own - (M + 1) if has else own  # (the top band reads its own row, ignored)
+        pref = cuda.atomic.add(Rb, above + min(tid, M), 0)
         nchunks = (M + TB - 1 + TW - 1) // TW
         dd = tid % DC  # fused staging: lane (dd, rh) takes feature dd of rows rh, rh + 2, ..
         rh = tid // DC
@@ -707,11 +714,15 @@ def _build_forward(mode: str, fast: bool):
                 if split:
                     a_lo = _col32(Xl, i0, N, jn)
             sync_band()
-            for gq in range(TW // G):
-                s0 = j0 + gq * G
-                if k > 0:
-                    pref = handoff(Rb, own - (M + 1), s0, M, pref, grp, INF)
-                st = group(blk, wup, Rb, own, tid, s0, grp, st, lead, width, pub, scale, xch)
+            # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
+            pref = handoff(Rb, above, j0, M, pref, grp, INF, has)
+            st = group(blk, wup, Rb, own, tid, j0, grp, st, lead, width, pub, scale, xch)
+            pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has)
+            st = group(blk, wup, Rb, own, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
+            pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has)
+            st = group(blk, wup, Rb, own, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
+            pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has)
+            st = group(blk, wup, Rb, own, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
             if fused and jn0 < M:
                 # Chunk c + 1's distances, after this chunk's steps.  (Interleaving them with
                 # the steps, two features per step, was 20-27% slower on the H200.)
@@ -789,6 +800,21 @@ def _build_backward(fast: bool):
             Gb[uint64(own + p)] = as_bits(v)
         return e_left, e * pd, from_next_lane(v, xch, s & 1), rs + e
 
+    @_device
+    def group(blk, Gb, own, tid, s0, grp, st, lag, width, pub, xch):
+        """The G (= 8) steps of one group, unrolled as in the forward."""
+        sb = ring(s0)
+        t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
+        t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
+        st = step(blk, Gb, own, tid, s0, sb, t0, st, lag, width, pub, xch)
+        st = step(blk, Gb, own, tid, s0 + 1, sb + 1, t1, st, lag, width, pub, xch)
+        st = step(blk, Gb, own, tid, s0 + 2, sb + 2, t2, st, lag, width, pub, xch)
+        st = step(blk, Gb, own, tid, s0 + 3, sb + 3, t3, st, lag, width, pub, xch)
+        st = step(blk, Gb, own, tid, s0 + 4, sb + 4, t4, st, lag, width, pub, xch)
+        st = step(blk, Gb, own, tid, s0 + 5, sb + 5, t5, st, lag, width, pub, xch)
+        st = step(blk, Gb, own, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
+        return step(blk, Gb, own, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
+
     @_kernel
     def backward(P, N, M, gout, Gb, sums):
         """Expected alignment, written in place: ``P[:, 1] <- E * gout``; if ``sums`` is
@@ -837,9 +863,8 @@ def _build_backward(fast: bool):
         st = (float64(gout[b]) if i == N - 1 else 0.0, 0.0, 0.0, 0.0)
         want_sums = sums.shape[1] == N + M
         below_ok = k < nb - 1
-        pref = SENTINEL
-        if below_ok and tid < G and tid < M:
-            pref = cuda.atomic.add(Gb, own + (M + 1) + tid, 0)
+        below_row = own + (M + 1) if below_ok else own  # (the bottom band: its own, ignored)
+        pref = cuda.atomic.add(Gb, below_row + min(tid, M), 0)
         nchunks = (M + TB - 1 + TW - 1) // TW
         Pd = P[b, 0]  # this pair's weights, (N, M) each
         Pu = P[b, 1]
@@ -856,21 +881,15 @@ def _build_backward(fast: bool):
             jn = max(jl - TW, 0)
             wd, wu = _col32(Pd, i0, N, jn), _col32(Pu, i0, N, jn)
             sync_band()
-            for gq in range(TW // G):
-                s0 = s0c + gq * G
-                if below_ok:
-                    pref = handoff(Gb, own + (M + 1), s0, M, pref, grp, 0.0)
-                sb = ring(s0)
-                t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]  # unrolled as in the forward
-                t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
-                st = step(blk, Gb, own, tid, s0, sb, t0, st, lag, width, pub, xch)
-                st = step(blk, Gb, own, tid, s0 + 1, sb + 1, t1, st, lag, width, pub, xch)
-                st = step(blk, Gb, own, tid, s0 + 2, sb + 2, t2, st, lag, width, pub, xch)
-                st = step(blk, Gb, own, tid, s0 + 3, sb + 3, t3, st, lag, width, pub, xch)
-                st = step(blk, Gb, own, tid, s0 + 4, sb + 4, t4, st, lag, width, pub, xch)
-                st = step(blk, Gb, own, tid, s0 + 5, sb + 5, t5, st, lag, width, pub, xch)
-                st = step(blk, Gb, own, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
-                st = step(blk, Gb, own, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
+            # TW // G = 4 groups, unrolled as in the forward
+            pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok)
+            st = group(blk, Gb, own, tid, s0c, grp, st, lag, width, pub, xch)
+            pref = handoff(Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok)
+            st = group(blk, Gb, own, tid, s0c + G, grp, st, lag, width, pub, xch)
+            pref = handoff(Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok)
+            st = group(blk, Gb, own, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
+            pref = handoff(Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok)
+            st = group(blk, Gb, own, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
             sync_band()
             if c > 0:
                 write_e(P, blk, sums, b, i0, N, M, s0c - TW + tid, want_sums)
