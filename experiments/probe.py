@@ -9,7 +9,8 @@ printout (CUDA-event medians of 10 after a warm-up), not a benchmark: the benchm
 come from ``python -m experiments.run``.  ``--host``: the host time of each piece of a small
 training step; ``--memory``: a step's peak memory split into forward and backward;
 ``--profile``: cProfile and torch.profiler of one; ``--bscan``: time against batch size at
-N = 1024; ``--ncu``: a few steps at B = 32, N = 1024 to run under Nsight Compute.
+N = 1024; ``--ncu``: a few steps at B = 32, N = 1024 to run under Nsight Compute; ``--kernels``: each
+kernel's GPU time in a training step at B = 32, N = 1024 (torch.profiler).
 """
 
 from __future__ import annotations
@@ -232,6 +233,37 @@ def ncu_case(N: int = 1024, B: int = 32, D: int = 64) -> None:
     torch.cuda.synchronize()
 
 
+def kernels(N: int = 1024, B: int = 32, D: int = 64, steps: int = 5) -> None:
+    """Each kernel's GPU time in a fused and an unfused training step (torch.profiler, average
+    per call over ``steps`` steps after a warm-up)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+    y = torch.randn(B, N, D, device="cuda", requires_grad=True)
+    for fused in (True, False):
+
+        def step(fused=fused):
+            sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum().backward()
+            x.grad = y.grad = None
+
+        step()
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as tp:
+            for _ in range(steps):
+                step()
+            torch.cuda.synchronize()
+        rows = [e for e in tp.key_averages() if str(e.device_type).endswith("CUDA")]
+        total = 0.0
+        for e in sorted(rows, key=lambda e: -e.self_device_time_total):
+            us = e.self_device_time_total / steps
+            if us <= 0:
+                continue
+            total += us
+            print(f"B={B} N={N} D={D} fused={fused}: {us:8.1f} us per step  {e.key[:70]}", flush=True)
+        print(f"B={B} N={N} D={D} fused={fused}: {total:8.1f} us per step  (all kernels)", flush=True)
+
+
 def _no_grad(x, y, fused):
     with torch.no_grad():
         return sdtw.softdtw(x, y, backend="cuda", fused=fused)
@@ -257,6 +289,9 @@ def main() -> None:
         return
     if "--ncu" in sys.argv:
         ncu_case()
+        return
+    if "--kernels" in sys.argv:
+        kernels()
         return
     for B, N, M in [(1, 32, 8192), (1, 64, 8192), (1, 256, 8192), (1, 2048, 2048)]:
         print(bands(B, N, M), flush=True)

@@ -12,9 +12,9 @@ import sdtw
 
 
 def main() -> None:
-    for fused in (True, False):
-        x = torch.randn(2, 70, 5, device="cuda", requires_grad=True)
-        y = torch.randn(2, 45, 5, device="cuda", requires_grad=True)
+    for fused, D in ((True, 5), (False, 5), (True, 20)):  # D = 20: two passes of the park
+        x = torch.randn(2, 70, D, device="cuda", requires_grad=True)
+        y = torch.randn(2, 45, D, device="cuda", requires_grad=True)
         loss = sdtw.softdtw(x, y, gamma=0.1, fused=fused, bandwidth=30, backend="cuda")
         loss.sum().backward()
         with torch.no_grad():
