@@ -134,7 +134,6 @@ TW1 = TW + 1
 RING = 2 * TW  # ring of staged columns (two chunks)
 RING1 = RING + 1  # padded ring row (lanes' same-slot accesses in distinct banks)
 RMASK = uint32(RING - 1)
-UNROLL = os.environ.get("SDTW_HANDOFF_UNROLL", "4")  # TEMP experiment
 G = 8  # boundary values handed between bands per group (TW a multiple; steps unrolled for 8)
 INF = math.inf
 
@@ -526,7 +525,6 @@ def _build_forward(mode: str, fast: bool):
     """
     fused = mode == FUSED
     split = mode == SPLIT
-    U4 = UNROLL == "4" or (UNROLL == "cost" and mode == COST)
     softmin3 = _softmin3_fast if fast else _softmin3
     # The staged block holds the cost and then the weights.  float32 suffices when both are
     # float32 anyway (float32 cost, float32 weights): half the shared memory, so twice the
@@ -717,19 +715,14 @@ def _build_forward(mode: str, fast: bool):
                     a_lo = _col32(Xl, i0, N, jn)
             sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
-            if U4:
-                pref = handoff(Rb, above, j0, M, pref, grp, INF, has)
-                st = group(blk, wup, Rb, own, tid, j0, grp, st, lead, width, pub, scale, xch)
-                pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has)
-                st = group(blk, wup, Rb, own, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
-                pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has)
-                st = group(blk, wup, Rb, own, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
-                pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has)
-                st = group(blk, wup, Rb, own, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
-            else:
-                for gq in range(TW // G):
-                    pref = handoff(Rb, above, j0 + gq * G, M, pref, grp, INF, has)
-                    st = group(blk, wup, Rb, own, tid, j0 + gq * G, grp, st, lead, width, pub, scale, xch)
+            pref = handoff(Rb, above, j0, M, pref, grp, INF, has)
+            st = group(blk, wup, Rb, own, tid, j0, grp, st, lead, width, pub, scale, xch)
+            pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has)
+            st = group(blk, wup, Rb, own, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
+            pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has)
+            st = group(blk, wup, Rb, own, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
+            pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has)
+            st = group(blk, wup, Rb, own, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
             if fused and jn0 < M:
                 # Chunk c + 1's distances, after this chunk's steps.  (Interleaving them with
                 # the steps, two features per step, was 20-27% slower on the H200.)
@@ -769,7 +762,6 @@ def _build_forward(mode: str, fast: bool):
 def _build_backward(fast: bool):
     """Backward kernel; ``fast`` (float32 weights) stages them in a float32 block."""
     blk_t = float32 if fast else float64
-    U4 = UNROLL in ("4", "cost")
 
     @_device
     def write_e(P, blk, sums, b, i0, N, M, pp, want_sums):
@@ -890,19 +882,14 @@ def _build_backward(fast: bool):
             wd, wu = _col32(Pd, i0, N, jn), _col32(Pu, i0, N, jn)
             sync_band()
             # TW // G = 4 groups, unrolled as in the forward
-            if U4:
-                pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + G, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
-            else:
-                for gq in range(TW // G):
-                    pref = handoff(Gb, below_row, s0c + gq * G, M, pref, grp, 0.0, below_ok)
-                    st = group(blk, Gb, own, tid, s0c + gq * G, grp, st, lag, width, pub, xch)
+            pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok)
+            st = group(blk, Gb, own, tid, s0c, grp, st, lag, width, pub, xch)
+            pref = handoff(Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok)
+            st = group(blk, Gb, own, tid, s0c + G, grp, st, lag, width, pub, xch)
+            pref = handoff(Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok)
+            st = group(blk, Gb, own, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
+            pref = handoff(Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok)
+            st = group(blk, Gb, own, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
             sync_band()
             if c > 0:
                 write_e(P, blk, sums, b, i0, N, M, s0c - TW + tid, want_sums)
