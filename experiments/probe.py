@@ -9,8 +9,8 @@ printout (CUDA-event medians of 10 after a warm-up), not a benchmark: the benchm
 come from ``python -m experiments.run``.  ``--host``: the host time of each piece of a small
 training step; ``--memory``: a step's peak memory split into forward and backward;
 ``--profile``: cProfile and torch.profiler of one; ``--bscan``: time against batch size at
-N = 1024; ``--ncu``: a few steps at B = 32, N = 1024 to run under Nsight Compute; ``--kernels``: each
-kernel's GPU time in a training step at B = 32, N = 1024 (torch.profiler).
+N = 1024; ``--ncu``: a few steps at B = 32, N = 1024 to run under Nsight Compute;
+``--kernels``: each kernel's GPU time in a training step at B = 32, N = 1024 (torch.profiler).
 """
 
 from __future__ import annotations
@@ -204,17 +204,18 @@ def bscan(N: int = 1024, D: int = 64) -> None:
         x = torch.randn(B, N, D, device="cuda", requires_grad=True)
         y = torch.randn(B, N, D, device="cuda")
 
-        def fwd():
+        def fwd(cost=cost):
             sdtw.softdtw_from_cost(cost, gamma=1.0, backend="cuda")
 
-        def step():
+        def step(x=x, y=y):
             sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=True).sum().backward()
             x.grad = None
 
         f, s = median_ms(fwd), median_ms(step)
         print(
             f"B={B} N={N}: forward (unfused, no grad) {f:.3f} ms "
-            f"({f * 1e3 / (2 * N - 1):.3f} us per anti-diagonal), fused forward+backward {s:.3f} ms",
+            f"({f * 1e3 / (2 * N - 1):.3f} us per anti-diagonal), "
+            f"fused forward+backward {s:.3f} ms",
             flush=True,
         )
 
@@ -260,8 +261,12 @@ def kernels(N: int = 1024, B: int = 32, D: int = 64, steps: int = 5) -> None:
             if us <= 0:
                 continue
             total += us
-            print(f"B={B} N={N} D={D} fused={fused}: {us:8.1f} us per step  {e.key[:70]}", flush=True)
-        print(f"B={B} N={N} D={D} fused={fused}: {total:8.1f} us per step  (all kernels)", flush=True)
+            print(
+                f"B={B} N={N} D={D} fused={fused}: {us:8.1f} us per step  {e.key[:70]}", flush=True
+            )
+        print(
+            f"B={B} N={N} D={D} fused={fused}: {total:8.1f} us per step  (all kernels)", flush=True
+        )
 
 
 def _no_grad(x, y, fused):

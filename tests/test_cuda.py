@@ -147,6 +147,7 @@ def _check_park(rng, device, dtype):
 @requires_sim
 @pytest.mark.cudasim
 def test_sim_park_distances(rng):
+    """The park kernel in the simulator (with its per-lane twin of the tensor-core mma)."""
     _check_park(rng, "cpu", torch.float32)
 
 

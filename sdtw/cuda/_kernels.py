@@ -27,18 +27,20 @@ backward load the next chunk into registers while the current chunk's steps run.
 forward without gradients computes the next chunk's distances itself (float64 dot products of
 staged features) after the current chunk's steps, so it needs no (N, M) buffer at all.  With
 gradients the weights buffer ``P`` is there anyway, so the fused forward first *parks* each
-cell's float64 distance in it (a tiled float64 product, :func:`_build_park`) and the DP reads
+cell's float64 distance in it (a tiled product on the float64 tensor cores,
+:func:`_build_park`) and the DP reads
 them from there like a cost (mode ``split``): the dot products then run at full rate instead of
 inside the DP's latency-bound warps.
 
 Lane 0 takes the row above the band from the boundary buffer ``Rb`` that the band above writes
 cell by cell: values are float64 bits in an int64 buffer pre-filled with a sentinel, read ``G``
 columns at a time, one group ahead, with atomic reads (L2) and a warp vote, so neither side
-waits on a counter or a fence (the band below runs ~40-50 steps behind the band above, the
-minimum being 32).  Blocks take a *ticket* from an atomic counter (the boundary buffer's last
-element) and derive their (band, pair) from it, so a block only ever waits for blocks that
-started before it: no deadlock whatever order the hardware schedules blocks in, and the CUDA
-simulator (which runs blocks one at a time) works too.  One launch does the whole forward (two
+waits on a counter or a fence (the band below runs some 55-60 steps behind the band above, as
+estimated from the probes, the minimum being 32; see :func:`handoff`).  Blocks take a *ticket*
+from an atomic counter (the boundary buffer's last element) and derive their (band, pair) from
+it, so a block only ever waits for blocks that started before it: no deadlock whatever order
+the hardware schedules blocks in, and the CUDA simulator (which runs blocks one at a time)
+works too.  One launch does the whole forward (two
 when fused with gradients), one the whole backward: launches per step are O(1), not O(N + M).
 
 Accuracy
@@ -98,8 +100,9 @@ def _kernel(fn):
     with the driver's default split an H200 SM held only 5 (split forward) or 7 (cost forward,
     backward) of them, below the 8 that registers allow, so that from B * ceil(N / 32) ~ 660
     (resp. 920) blocks on some bands had to wait for a second round: the forward at B = 32,
-    N = 1024 took 0.98 ms against 0.62 ms at B = 24 (``probe-dev.txt``, run 8).  The kernels
-    read global memory through L2 (atomics, streamed costs), so the smaller L1 costs nothing."""
+    N = 1024 took 0.98 ms against 0.62 ms at B = 24 (``probe-dev.txt``, run 8), and 0.59 ms
+    with this carveout (run 9; B = 1 .. 24 unchanged).  The kernels read global memory through
+    L2 (atomics, streamed costs) and do not rely on L1."""
     if SIMULATED:
         return cuda.jit(fn)
     if not _HAS_CARVEOUT:
@@ -108,6 +111,7 @@ def _kernel(fn):
 
 
 def _has_carveout() -> bool:
+    """Whether this numba-cuda's ``cuda.jit`` takes ``shared_memory_carveout`` (warns if not)."""
     import inspect
     import warnings
 
@@ -377,11 +381,11 @@ def handoff(hand, row, col0, limit, pref, grp, empty, has):
     therefore never waits for it, and by every lane, without a branch: lanes ``>= G`` read
     columns further on and columns past the row read its padding column ``limit`` (both
     ignored).  Issued under ``if``, the read's result was moved into ``pref``'s register inside
-    the branch, so the warp waited for the L2 round trip right there, once per group: that was
-    about 20% of a band's time (``probe-dev.txt``, run 8).  The same happens to a value carried
-    around a loop, so the kernels call this four times per chunk in straight-line code (the
-    result of one call goes to the next): the wait is left only once per chunk, at the loop's
-    back edge.
+    the branch, so the warp waited for the L2 round trip right there, once per group: about 20%
+    of a band's time (``probe-dev.txt``, runs 12-13: the forward of 2 bands x 8192 columns went
+    from 1.62 to 1.15 ms).  A value carried around a loop can get the same move, so the kernels
+    call this four times per chunk in straight-line code, the result of one call going to the
+    next (in the sm_90 code the reads are then followed by independent instructions).
     """
     tid = cuda.threadIdx.x
     col = col0 + tid
@@ -1125,8 +1129,15 @@ def _build_park(fast: bool):
                 for a in range(4):
                     for c in range(4):
                         acc[a, c, 0], acc[a, c, 1] = tile_mma(
-                            S, kb, rw + 8 * a, cw + 8 * c, lane, fa[a], fb[c],
-                            acc[a, c, 0], acc[a, c, 1],
+                            S,
+                            kb,
+                            rw + 8 * a,
+                            cw + 8 * c,
+                            lane,
+                            fa[a],
+                            fb[c],
+                            acc[a, c, 0],
+                            acc[a, c, 1],
                         )
         nrm[t] = sq
         cuda.syncthreads()
