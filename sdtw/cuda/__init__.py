@@ -12,9 +12,10 @@ buffer                        size                       lifetime
 ============================  =========================  ====================================
 weights ``P``                 ``2 s N M``                forward -> end of backward
 fused distances               0 (parked in ``P``)        forward: each cell's float64 distance
-                                                         sits in ``P`` (as two ``s``-byte
-                                                         halves) until the DP overwrites it
-                                                         with that cell's weights
+                                                         sits in ``P`` (float32: its two
+                                                         32-bit words, one per plane) until
+                                                         the DP overwrites it with that
+                                                         cell's weights
 ``E`` (gradient wrt cost)     0 (written into ``P``)     backward
 boundary rows ``Rb``/``Gb``   ``8 ceil(N/32) (M + 1)``   one pass (about ``N M / 4`` bytes;
                                                          the ticket counter is its last element)

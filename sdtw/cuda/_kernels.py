@@ -486,7 +486,8 @@ def _put16(sh, dd, rh, v, first, lim, d_ok):
 @_device
 def _sum8(h, lo):
     """``max(h + lo, 0)`` in float64 for the eight values of two :func:`_col8` loads (a float64
-    distance parked as a float32 pair, see ``split`` in :func:`_build_forward`)."""
+    distance parked in a float64 P as itself and zero, see ``split`` in
+    :func:`_build_forward`)."""
     return (
         max(float64(h[0]) + float64(lo[0]), 0.0),
         max(float64(h[1]) + float64(lo[1]), 0.0),
@@ -505,6 +506,36 @@ def _sum32(h, lo):
     return _sum8(h[0], lo[0]), _sum8(h[1], lo[1]), _sum8(h[2], lo[2]), _sum8(h[3], lo[3])
 
 
+@_device
+def _join1(h, lo):
+    """``max(d, 0)`` for the float64 ``d`` whose bits are the 32-bit words ``h`` (high) and
+    ``lo`` (low): no conversion instruction, the two words are the two halves of a register
+    pair."""
+    return max(from_bits((int64(h) << 32) | (int64(lo) & 0xFFFFFFFF)), 0.0)
+
+
+@_device
+def _join8(h, lo):
+    """:func:`_join1` of the eight values of two :func:`_col8` loads (a float64 distance
+    parked as its two 32-bit words, see ``split`` in :func:`_build_forward`)."""
+    return (
+        _join1(h[0], lo[0]),
+        _join1(h[1], lo[1]),
+        _join1(h[2], lo[2]),
+        _join1(h[3], lo[3]),
+        _join1(h[4], lo[4]),
+        _join1(h[5], lo[5]),
+        _join1(h[6], lo[6]),
+        _join1(h[7], lo[7]),
+    )
+
+
+@_device
+def _join32(h, lo):
+    """:func:`_join8` of two :func:`_col32` loads."""
+    return _join8(h[0], lo[0]), _join8(h[1], lo[1]), _join8(h[2], lo[2]), _join8(h[3], lo[3])
+
+
 #: Where the forward kernel gets its costs (a compile-time constant of each kernel).
 COST, FUSED, SPLIT = "cost", "fused", "split"
 
@@ -519,10 +550,13 @@ def _build_forward(mode: str, fast: bool):
       itself (float64 dot products of staged features), so it needs no (N, M) buffer at all:
       the no-gradient fused forward.
     * ``"split"``: ``X`` is the weights buffer ``P`` (B, 2, N, M) itself, holding in its two
-      planes each cell's float64 squared distance as a float32 pair ``hi + lo`` (written by
-      :func:`sdtw.cuda._launch.park_distances`).  A band reads its cells' distances before it
-      writes the same cells' weights over them, so the distances take no memory beyond ``P``:
-      the fused forward with gradients, whose distances the park kernel computed.
+      planes each cell's float64 squared distance (written by the park kernel,
+      :func:`_build_park`): with ``fast``, ``X`` is P's int32 view and the planes hold the
+      high and low 32-bit words of the distance's bits (joined without a conversion);
+      otherwise P is float64 and plane 0 holds the distance, plane 1 zero.  A band reads its
+      cells' distances before it writes the same cells' weights over them, so the distances
+      take no memory beyond ``P``: the fused forward with gradients, whose distances the park
+      kernel computed.
 
     ``fast`` selects float32 transcendentals (:func:`_softmin3_fast`), used for float32
     inputs; float64 inputs get float64 throughout.
@@ -709,7 +743,9 @@ def _build_forward(mode: str, fast: bool):
                 # chunk c + 1, in flight during this chunk's steps (clamped, harmless past M).
                 # (split: chunk c's distances were read one chunk ago; its weights go over
                 # them one chunk from now, by this block: read before write, same cells.)
-                if split:
+                if split and fast:
+                    _put32(blk, 0, _join32(a, a_lo), i0, N, jl < M, jl, 1, zero)
+                elif split:
                     _put32(blk, 0, _sum32(a, a_lo), i0, N, jl < M, jl, 1, zero)
                 else:
                     _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
@@ -908,16 +944,18 @@ def _build_backward(fast: bool):
 # Parking the fused distances (the fused forward with gradients)
 # ------------------------------------------------------------------
 # ``park`` fills ``P`` (B, 2, N, M) with each cell's float64 squared distance
-# ``|x_i|^2 + |y_j|^2 - 2 x_i.y_j`` as ``hi + lo`` (``hi`` rounded to P's dtype, ``lo`` the
-# remainder) for the ``split`` forward.  The dot products run on the float64 tensor cores
-# (``mma.sync.m8n8k4.f64``: IEEE float64 fused multiply-adds): a block of 4 warps computes a
-# PS x PS tile, each warp a 32 x 32 quarter as 4 x 4 tiles of 8 x 8, with PK features of the
-# tile's rows and columns staged in shared memory per pass (the next pass's loaded into
-# registers meanwhile); per 4 features a warp loads 8 fragments (one float64 per lane each) and
-# issues 16 mma.  The squared norms are summed from the same staged features.  The tile goes
-# out through shared memory, one plane at a time, as whole rows (coalesced).  Shared-memory
-# indices are unsigned 32-bit and P is written through a flat view, so that no 64-bit index
-# arithmetic sits in the loops.  One launch, no buffer besides ``P``.
+# ``|x_i|^2 + |y_j|^2 - 2 x_i.y_j`` for the ``split`` forward: a float32 P gets the high and
+# the low 32-bit word of the distance's bits in its two planes (the split forward joins them
+# without a conversion instruction), a float64 P the distance and zero.  The dot products run
+# on the float64 tensor cores (``mma.sync.m8n8k4.f64``: IEEE float64 fused multiply-adds): a
+# block of 4 warps computes a PS x PS tile, each warp a 32 x 32 quarter as 4 x 4 tiles of
+# 8 x 8, with PK features of the tile's rows and columns staged in shared memory per pass (the
+# next pass's loaded into registers meanwhile); per 4 features a warp loads 8 fragments (one
+# float64 per lane each) and issues 16 mma.  The squared norms are summed from the same staged
+# features.  The tile goes out through shared memory, one plane at a time, as whole rows
+# (coalesced).  Shared-memory indices are unsigned 32-bit and P is written through a flat
+# view, so that no 64-bit index arithmetic sits in the loops.  One launch, no buffer besides
+# ``P``.
 PS = 64  # rows (and columns) per tile
 PK = 16  # features staged per pass
 PKP = PS + 4  # padded staging row (a fragment load's lanes fall in distinct banks)
@@ -1028,9 +1066,10 @@ def _park_store(S, v, base, ok):
 
 
 def _build_park(fast: bool):
-    """Park kernel; ``fast``: P is float32 (``hi`` float32, ``lo`` its float64 remainder);
-    otherwise float64 (``hi`` exact, ``lo`` zero)."""
-    hi_t = float32 if fast else float64
+    """Park kernel; ``fast``: P is float32 and is written through its int32 view, plane 0 the
+    high and plane 1 the low 32-bit word of each distance's float64 bits; otherwise P is
+    float64, plane 0 the distance and plane 1 zero."""
+    out_t = int32 if fast else float64
 
     @_device
     def put_half(O, acc, nrm, ra, cb, lo_part):
@@ -1042,8 +1081,12 @@ def _build_park(fast: bool):
                 for e in range(2):
                     jl = cb + uint32(8 * c + e)
                     v = (nrm[il] + nrm[uint32(PS) + jl]) - 2.0 * acc[a, c, e]
-                    h = hi_t(v)
-                    O[(il & uint32(31)) * uint32(PS1) + jl] = hi_t(v - float64(h)) if lo_part else h
+                    o = (il & uint32(31)) * uint32(PS1) + jl
+                    if fast:
+                        bits = as_bits(v)
+                        O[o] = int32(bits & 0xFFFFFFFF) if lo_part else int32(bits >> 32)
+                    else:
+                        O[o] = 0.0 if lo_part else v
 
     @_device
     def write_half(Pf, O, base, M, rows, col_ok, t):
@@ -1093,7 +1136,7 @@ def _build_park(fast: bool):
         # staging: rows' features at [k PKP + r], columns' at [PSX + k PKP + c]
         S = cuda.shared.array(PSTAGE, float64)
         nrm = cuda.shared.array(PARK_THREADS, float64)  # rows' |x|^2, then columns' |y|^2
-        O = cuda.shared.array(POUT, hi_t)  # the output tile, a plane's half at a time
+        O = cuda.shared.array(POUT, out_t)  # the output tile, a plane's half at a time
         acc = cuda.local.array((4, 4, 2), float64)  # (row tile, column tile, lane's pair)
         for a in range(4):
             for c in range(4):

@@ -211,8 +211,9 @@ def forward(
     -------
     values (B,) in ``a``'s dtype, and ``P`` or None.
 
-    Fused with ``store``, the squared distances are first parked in ``P`` (float64, as a pair
-    of P's dtype; :func:`sdtw.cuda._kernels._build_park`) and the forward reads them from
+    Fused with ``store``, the squared distances are first parked in ``P`` (float64; in a
+    float32 P as their two 32-bit words, written and read through P's int32 view;
+    :func:`sdtw.cuda._kernels._build_park`) and the forward reads them from
     there, overwriting each cell with its weights: two launches and no buffer besides ``P``.
     Fused without ``store``, the forward computes the distances itself (one launch, no
     (N, M) buffer at all, but slower: the dot products sit in the DP's warps).
@@ -235,9 +236,10 @@ def forward(
     src, src2 = a, a  # the kernel's X and Y (Y unused unless fused)
     if fused and store:
         tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
-        _launcher(K.PARK[fast])(tiles, K.PARK_THREADS, streams, a, y, P.view(-1), N, M)
+        words = P.view(torch.int32) if fast else P  # float32 P: the distances' 32-bit words
+        _launcher(K.PARK[fast])(tiles, K.PARK_THREADS, streams, a, y, words.view(-1), N, M)
         launch_counts["forward"] += 1
-        mode, src, src2 = K.SPLIT, P, P
+        mode, src, src2 = K.SPLIT, words, words
     elif fused:
         mode, src2 = K.FUSED, y
     Rb = _boundary(B, nb, M, dev)
