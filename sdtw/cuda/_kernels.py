@@ -315,8 +315,20 @@ def _from_bits_sim(n):
     return np.int64(n).view(np.float64)
 
 
+@_device
+def _f32_bits_gpu(x):
+    return libdevice.float_as_int(x)
+
+
+def _f32_bits_sim(x):
+    import numpy as np
+
+    return np.float32(x).view(np.int32)
+
+
 as_bits = _bits_sim if SIMULATED else _bits_gpu
 from_bits = _from_bits_sim if SIMULATED else _from_bits_gpu
+f32_bits = _f32_bits_sim if SIMULATED else _f32_bits_gpu
 
 
 @_device
@@ -514,28 +526,6 @@ def _join1(h, lo):
     return max(from_bits((int64(h) << 32) | (int64(lo) & 0xFFFFFFFF)), 0.0)
 
 
-@_device
-def _join8(h, lo):
-    """:func:`_join1` of the eight values of two :func:`_col8` loads (a float64 distance
-    parked as its two 32-bit words, see ``split`` in :func:`_build_forward`)."""
-    return (
-        _join1(h[0], lo[0]),
-        _join1(h[1], lo[1]),
-        _join1(h[2], lo[2]),
-        _join1(h[3], lo[3]),
-        _join1(h[4], lo[4]),
-        _join1(h[5], lo[5]),
-        _join1(h[6], lo[6]),
-        _join1(h[7], lo[7]),
-    )
-
-
-@_device
-def _join32(h, lo):
-    """:func:`_join8` of two :func:`_col32` loads."""
-    return _join8(h[0], lo[0]), _join8(h[1], lo[1]), _join8(h[2], lo[2]), _join8(h[3], lo[3])
-
-
 #: Where the forward kernel gets its costs (a compile-time constant of each kernel).
 COST, FUSED, SPLIT = "cost", "fused", "split"
 
@@ -566,10 +556,16 @@ def _build_forward(mode: str, fast: bool):
     softmin3 = _softmin3_fast if fast else _softmin3
     # The staged block holds the cost and then the weights.  float32 suffices when both are
     # float32 anyway (float32 cost, float32 weights): half the shared memory, so twice the
-    # resident blocks per SM.  Fused and split distances are float64: the float64 block.
-    blk_t = float32 if (fast and mode == COST) else float64
+    # resident blocks per SM.  Fused distances are float64: the float64 block.  Split with
+    # float32 weights (``words``): two int32 planes, the distance's high and low words as P
+    # holds them (joined in the step without a conversion), then p_diag's float32 bits in
+    # plane 0, written out through P's int32 view ``X``: no float64 <-> float32 conversion of
+    # the distance or of p_diag.
+    words = split and fast
+    blk_t = float32 if (fast and mode == COST) else (int32 if words else float64)
+    planes = 2 if words else 1
     w_t = float32 if fast else float64  # the upper weights' own block (half size when fast)
-    zero = blk_t(0.0)
+    zero = blk_t(0)
 
     @_device
     def step(blk, wup, Rb, own, tid, s, sl, top, st, lead, width, pub, scale, xch):
@@ -582,6 +578,8 @@ def _build_forward(mode: str, fast: bool):
         r_diag, r_left, up_next = st
         if fused:
             cost = blk[0, tid, sl]  # already scaled
+        elif words:
+            cost = _join1(blk[0, tid, sl], blk[1, tid, sl]) * scale
         else:
             cost = float64(blk[0, tid, sl]) * scale
         m2 = _min2(r_diag, r_left)  # off the chain: known a step early
@@ -590,12 +588,29 @@ def _build_forward(mode: str, fast: bool):
         rv, pd, pu = softmin3(r_diag, r_left, m2, mm2, up, cost)
         ok = below(s - lead, width)
         r = rv if ok else INF
-        blk[0, tid, sl] = blk_t(pd) if ok else zero
+        if words:
+            blk[0, tid, sl] = f32_bits(pd) if ok else zero
+        else:
+            blk[0, tid, sl] = blk_t(pd) if ok else zero
         wup[tid, sl] = w_t(pu) if ok else w_t(0.0)
         j = s - tid
         if below(j, pub):
             Rb[uint64(own + j)] = as_bits(r)
         return up, r, from_prev_lane(r, xch, s & 1)
+
+    @_device
+    def write_w(X, P, blk, wup, b, i, j, r, sl):
+        """Write cell (i, j)'s weights (row ``r`` of the band, ring slot ``sl``) to ``P``; with
+        ``words`` as float32 bits through ``X``, P's int32 view, which is then the only array
+        this kernel reads or writes P through (the launcher passes placeholders for ``P`` and
+        ``Y``: no two arguments alias, which the simulator, copying each argument in and back
+        out in turn, requires)."""
+        if words:
+            X[b, 0, i, j] = blk[0, r, sl]
+            X[b, 1, i, j] = f32_bits(wup[r, sl])
+        else:
+            P[b, 0, i, j] = blk[0, r, sl]
+            P[b, 1, i, j] = wup[r, sl]
 
     @_device
     def stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh):
@@ -681,7 +696,7 @@ def _build_forward(mode: str, fast: bool):
         # The lane of the band's last row publishes it for the band below (the last band's,
         # row N - 1, is where the loss is read at the end).
         pub = M if tid == min(TB - 1, N - 1 - i0) else 0
-        blk = cuda.shared.array((1, TB, RING1), blk_t)  # cost, then p_diag
+        blk = cuda.shared.array((planes, TB, RING1), blk_t)  # cost, then p_diag
         wup = cuda.shared.array((TB, RING1), w_t)  # p_up
         grp = cuda.shared.array(G, float64)
         xch = cuda.shared.array((2, TB), float64)
@@ -724,7 +739,7 @@ def _build_forward(mode: str, fast: bool):
             distances(acc, yy, xn, blk, i0, N, M, tid, scale)
         else:
             if split:
-                Xb = X[b, 0]  # this pair's distances, float32 hi and lo parts (N, M) each
+                Xb = X[b, 0]  # this pair's distances: high and low words (float64 P: d and 0)
                 Xl = X[b, 1]
             else:
                 Xb = X[b]  # this pair's (N, M) cost
@@ -743,8 +758,9 @@ def _build_forward(mode: str, fast: bool):
                 # chunk c + 1, in flight during this chunk's steps (clamped, harmless past M).
                 # (split: chunk c's distances were read one chunk ago; its weights go over
                 # them one chunk from now, by this block: read before write, same cells.)
-                if split and fast:
-                    _put32(blk, 0, _join32(a, a_lo), i0, N, jl < M, jl, 1, zero)
+                if words:  # the two words as they are (the step joins and clamps them)
+                    _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
+                    _put32(blk, 1, a_lo, i0, N, jl < M, jl, 1, zero)
                 elif split:
                     _put32(blk, 0, _sum32(a, a_lo), i0, N, jl < M, jl, 1, zero)
                 else:
@@ -780,8 +796,7 @@ def _build_forward(mode: str, fast: bool):
                 if jp < M:
                     for r in range(TB):
                         if i0 + r < N:
-                            P[b, 0, i0 + r, jp] = blk[0, r, ring(jp + r)]
-                            P[b, 1, i0 + r, jp] = wup[r, ring(jp + r)]
+                            write_w(X, P, blk, wup, b, i0 + r, jp, r, ring(jp + r))
             sync_band()
             if fused and jn0 < M:
                 # chunk c + 1's distances, into chunk c - 1's slots (written out just above)
@@ -793,8 +808,7 @@ def _build_forward(mode: str, fast: bool):
             if jp < M:
                 for r in range(TB):
                     if i0 + r < N:
-                        P[b, 0, i0 + r, jp] = blk[0, r, ring(jp + r)]
-                        P[b, 1, i0 + r, jp] = wup[r, ring(jp + r)]
+                        write_w(X, P, blk, wup, b, i0 + r, jp, r, ring(jp + r))
 
     return forward
 

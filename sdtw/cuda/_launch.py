@@ -234,12 +234,16 @@ def forward(
         P = _placeholder((1, 2, 1, 1), sdt, dev)  # not written without ``store``
     mode = K.COST
     src, src2 = a, a  # the kernel's X and Y (Y unused unless fused)
+    p_arg = P
     if fused and store:
         tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
         words = P.view(torch.int32) if fast else P  # float32 P: the distances' 32-bit words
         _launcher(K.PARK[fast])(tiles, K.PARK_THREADS, streams, a, y, words.view(-1), N, M)
         launch_counts["forward"] += 1
-        mode, src, src2 = K.SPLIT, words, words
+        mode, src = K.SPLIT, words
+        src2 = _placeholder((1, 1, 1, 1), words.dtype, dev)  # Y: unused in split mode
+        if fast:  # the kernel reads and writes P through ``words`` only: no aliased arguments
+            p_arg = _placeholder((1, 2, 1, 1), sdt, dev)
     elif fused:
         mode, src2 = K.FUSED, y
     Rb = _boundary(B, nb, M, dev)
@@ -255,7 +259,7 @@ def forward(
         float(gamma),
         int(lo),
         int(hi),
-        P,
+        p_arg,
         Rb,
         out,
         store,
