@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU call: the GPU tests, compute-sanitizer on a small case, then benchmark sweeps.
 # Usage: bash experiments/gpu_run.sh OUTDIR [SWEEP ...]   (default sweeps: paper-grid gamma)
-# Writes OUTDIR/tests.log, OUTDIR/sanitizer.log, OUTDIR/probe.txt (experiments.probe) and
+# Writes OUTDIR/tests.log, OUTDIR/sanitizer.log, OUTDIR/probe.txt (experiments.probe),
+# OUTDIR/kernels.txt (experiments.probe --kernels: GPU time per kernel in a step) and
 # OUTDIR/<sweep>.csv; prints the summaries.
 # Set SDTW_SKIP_TESTS=1 to run only the sweeps.  Extra run.py flags go in SDTW_RUN_FLAGS.
 set -uo pipefail
@@ -22,6 +23,7 @@ if [ "${SDTW_SKIP_TESTS:-0}" != 1 ]; then
     } > "$out/sanitizer.log" 2>&1
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard" "$out/sanitizer.log" | sort | uniq -c
     python3 -m experiments.probe 2>&1 | grep -v Warning | tee "$out/probe.txt"
+    python3 -m experiments.probe --kernels 2>&1 | grep "^B=" | tee "$out/kernels.txt"
 fi
 args=()
 for s in "${sweeps[@]}"; do args+=(--sweep "$s"); done
