@@ -103,9 +103,7 @@ def _kernel(fn):
     N = 1024 took 0.98 ms against 0.62 ms at B = 24 (``probe-dev.txt``, run 8), and 0.59 ms
     with this carveout (run 9; B = 1 .. 24 unchanged).  The kernels read global memory through
     L2 (atomics, streamed costs) and do not rely on L1."""
-    if SIMULATED:
-        return cuda.jit(fn)
-    if not _HAS_CARVEOUT:
+    if SIMULATED or not _HAS_CARVEOUT:
         return cuda.jit(fn)
     return cuda.jit(shared_memory_carveout="maxshared")(fn)
 
@@ -127,7 +125,7 @@ def _has_carveout() -> bool:
     return False
 
 
-_HAS_CARVEOUT = SIMULATED or _has_carveout()
+_HAS_CARVEOUT = not SIMULATED and _has_carveout()
 
 
 TB = 32  # rows per band = threads per block (one warp)
@@ -496,26 +494,25 @@ def _put16(sh, dd, rh, v, first, lim, d_ok):
 
 
 @_device
-def _sum8(h, lo):
-    """``max(h + lo, 0)`` in float64 for the eight values of two :func:`_col8` loads (a float64
-    distance parked in a float64 P as itself and zero, see ``split`` in
-    :func:`_build_forward`)."""
+def _clamp8(h):
+    """``max(h, 0)`` in float64 for the eight values of a :func:`_col8` load (a float64
+    distance parked in a float64 P, see ``split`` in :func:`_build_forward`)."""
     return (
-        max(float64(h[0]) + float64(lo[0]), 0.0),
-        max(float64(h[1]) + float64(lo[1]), 0.0),
-        max(float64(h[2]) + float64(lo[2]), 0.0),
-        max(float64(h[3]) + float64(lo[3]), 0.0),
-        max(float64(h[4]) + float64(lo[4]), 0.0),
-        max(float64(h[5]) + float64(lo[5]), 0.0),
-        max(float64(h[6]) + float64(lo[6]), 0.0),
-        max(float64(h[7]) + float64(lo[7]), 0.0),
+        max(float64(h[0]), 0.0),
+        max(float64(h[1]), 0.0),
+        max(float64(h[2]), 0.0),
+        max(float64(h[3]), 0.0),
+        max(float64(h[4]), 0.0),
+        max(float64(h[5]), 0.0),
+        max(float64(h[6]), 0.0),
+        max(float64(h[7]), 0.0),
     )
 
 
 @_device
-def _sum32(h, lo):
-    """:func:`_sum8` of two :func:`_col32` loads."""
-    return _sum8(h[0], lo[0]), _sum8(h[1], lo[1]), _sum8(h[2], lo[2]), _sum8(h[3], lo[3])
+def _clamp32(h):
+    """:func:`_clamp8` of a :func:`_col32` load."""
+    return _clamp8(h[0]), _clamp8(h[1]), _clamp8(h[2]), _clamp8(h[3])
 
 
 @_device
@@ -739,15 +736,15 @@ def _build_forward(mode: str, fast: bool):
             distances(acc, yy, xn, blk, i0, N, M, tid, scale)
         else:
             if split:
-                Xb = X[b, 0]  # this pair's distances: high and low words (float64 P: d and 0)
-                Xl = X[b, 1]
+                Xb = X[b, 0]  # this pair's distances (float32 P: their high words)
+                Xl = X[b, 1]  # (float32 P: their low words; float64 P: zero, not read)
             else:
                 Xb = X[b]  # this pair's (N, M) cost
                 Xl = Xb
             Yb = Xb
             jn = min(tid, M - 1)
             a = _col32(Xb, i0, N, jn)
-            if split:
+            if words:
                 a_lo = _col32(Xl, i0, N, jn)
         for c in range(nchunks):
             j0 = c * TW
@@ -762,12 +759,12 @@ def _build_forward(mode: str, fast: bool):
                     _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
                     _put32(blk, 1, a_lo, i0, N, jl < M, jl, 1, zero)
                 elif split:
-                    _put32(blk, 0, _sum32(a, a_lo), i0, N, jl < M, jl, 1, zero)
+                    _put32(blk, 0, _clamp32(a), i0, N, jl < M, jl, 1, zero)
                 else:
                     _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
                 jn = min(jl + TW, M - 1)
                 a = _col32(Xb, i0, N, jn)
-                if split:
+                if words:
                     a_lo = _col32(Xl, i0, N, jn)
             sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
