@@ -9,7 +9,8 @@ printout (CUDA-event medians of 10 after a warm-up), not a benchmark: the benchm
 come from ``python -m experiments.run``.  ``--host``: the host time of each piece of a small
 training step; ``--memory``: a step's peak memory split into forward and backward;
 ``--profile``: cProfile and torch.profiler of one; ``--bscan``: time against batch size at
-N = 1024; ``--ncu``: a few steps at B = 32, N = 1024 to run under Nsight Compute;
+N = 1024; ``--ncu``: a few steps at B = 32, N = 1024 to run under Nsight Compute
+(``--ncu-band``: one band's forward, B = 1, N = 32, M = 8192);
 ``--kernels``: each kernel's GPU time in a training step at B = 32, N = 1024 (torch.profiler).
 """
 
@@ -234,6 +235,15 @@ def ncu_case(N: int = 1024, B: int = 32, D: int = 64) -> None:
     torch.cuda.synchronize()
 
 
+def ncu_band_case(N: int = 32, M: int = 8192) -> None:
+    """Three unfused no-gradient forwards of one band (B = 1, N = 32), for ``ncu``'s
+    source-level stall sampling of the step itself (no handoff, one warp on the GPU)."""
+    cost = torch.rand(1, N, M, device="cuda")
+    for _ in range(3):
+        sdtw.softdtw_from_cost(cost, gamma=1.0, backend="cuda")
+    torch.cuda.synchronize()
+
+
 def kernels(N: int = 1024, B: int = 32, D: int = 64, steps: int = 5) -> None:
     """Each kernel's GPU time in a fused and an unfused training step (torch.profiler, average
     per call over ``steps`` steps after a warm-up)."""
@@ -291,6 +301,9 @@ def main() -> None:
         return
     if "--bscan" in sys.argv:
         bscan()
+        return
+    if "--ncu-band" in sys.argv:
+        ncu_band_case()
         return
     if "--ncu" in sys.argv:
         ncu_case()

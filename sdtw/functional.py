@@ -65,10 +65,55 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
+class _SqEuclidean(torch.autograd.Function):
+    """Squared Euclidean cost (B, N, M) of x (B, N, D) and y (B, M, D): two passes over the
+    (B, N, M) tensor forward and two backward, against about eight for the same formula in
+    plain autograd ops.
+
+    Forward: one batched matmul of the augmented features ``[x, |x|^2, 1]`` and
+    ``[-2 y, 1, |y|^2]`` (zero-padded to a multiple of 4), clamped at 0 in place.  Backward,
+    for an upstream ``G`` (B, N, M): ``grad_x = 2 (rowsum(G) x - G y)`` and
+    ``grad_y = 2 (colsum(G) y - G^T x)``, two reductions and two batched matmuls; nothing of
+    size (B, N, M) is saved.  This is the gradient of ``|x_i - y_j|^2`` itself: where the
+    clamp cut a rounding-negative value (``x_i`` equal to ``y_j`` up to rounding) that
+    gradient is ``2 (x_i - y_j)``, about 0, and it is kept rather than zeroed.  The backward
+    is written in differentiable ops (double backward works).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        B, N, D = x.shape
+        M = y.shape[1]
+        K = -(-(D + 2) // 4) * 4
+        xa = x.new_zeros((B, N, K))
+        ya = y.new_zeros((B, M, K))
+        xa[..., :D] = x
+        xa[..., D] = (x * x).sum(-1)
+        xa[..., D + 1] = 1.0
+        ya[..., :D] = y * -2.0
+        ya[..., D] = 1.0
+        ya[..., D + 1] = (y * y).sum(-1)
+        ctx.save_for_backward(x, y)
+        return torch.bmm(xa, ya.transpose(1, 2)).clamp_min_(0.0)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        x, y = ctx.saved_tensors
+        gx = gy = None
+        if ctx.needs_input_grad[0]:
+            gx = torch.baddbmm(x * g.sum(2, keepdim=True), g, y, beta=2.0, alpha=-2.0)
+        if ctx.needs_input_grad[1]:
+            gy = torch.baddbmm(
+                y * g.sum(1).unsqueeze(-1), g.transpose(1, 2), x, beta=2.0, alpha=-2.0
+            )
+        return gx, gy
+
+
 def pairwise_cost(x: torch.Tensor, y: torch.Tensor, dist: str | Callable) -> torch.Tensor:
     """Cost tensor (B, N, M) between x (B, N, D) and y (B, M, D), in x's dtype.
 
-    ``sqeuclidean`` uses ``|x|^2 + |y|^2 - 2 x y^T`` (one batched matmul, clamped at 0);
+    ``sqeuclidean`` is ``|x|^2 + |y|^2 - 2 x y^T`` as one batched matmul, clamped at 0, with
+    its own backward (see ``_SqEuclidean``);
     ``euclidean`` and ``l1`` use ``torch.cdist``; a callable is called as ``dist(x, y)``.
     """
     if callable(dist):
@@ -76,9 +121,7 @@ def pairwise_cost(x: torch.Tensor, y: torch.Tensor, dist: str | Callable) -> tor
         V.check_cost_shape(cost, x.shape[0], x.shape[1], y.shape[1])
         return cost
     if dist == "sqeuclidean":
-        xx = (x * x).sum(-1, keepdim=True)
-        yy = (y * y).sum(-1).unsqueeze(-2)
-        return torch.baddbmm(xx + yy, x, y.transpose(1, 2), alpha=-2.0).clamp_min(0.0)
+        return _SqEuclidean.apply(x, y)
     if dist == "euclidean":
         return torch.cdist(x, y, p=2.0)
     return torch.cdist(x, y, p=1.0)

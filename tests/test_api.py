@@ -50,6 +50,24 @@ def test_distances_and_cost_entry(rng, dist):
     assert torch.isfinite(x.grad).all() and torch.isfinite(y.grad).all()
 
 
+@pytest.mark.parametrize("B,N,M,D", [(2, 5, 7, 3), (1, 1, 1, 1), (3, 4, 2, 6)])
+def test_sqeuclidean_cost_and_its_backward(rng, B, N, M, D):
+    """The squared-Euclidean cost's own backward against autograd of the broadcast formula,
+    with an upstream gradient other than ones; then gradcheck and double backward."""
+    x, y = _pair(rng, B, N, M, D)
+    cost = pairwise_cost(x, y, "sqeuclidean")
+    ref = ((x[:, :, None, :] - y[:, None, :, :]) ** 2).sum(-1)
+    assert rel_err(cost, ref) < 1e-13
+    g = randn(rng, B, N, M)
+    got = torch.autograd.grad(cost, (x, y), g)
+    want = torch.autograd.grad(ref, (x, y), g)
+    for a, b in zip(got, want, strict=True):
+        assert rel_err(a, b) < 1e-13
+    fn = lambda a, b: pairwise_cost(a, b, "sqeuclidean")  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (x, y))
+    assert torch.autograd.gradgradcheck(fn, (x, y))
+
+
 def test_unbatched_returns_scalar(rng):
     x, y = randn(rng, 6, 2), randn(rng, 4, 2)
     v = sdtw.softdtw(x, y)

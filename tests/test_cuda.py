@@ -26,6 +26,11 @@ _SETTINGS = {
 }
 SIM_CASES = [(*shape, *_SETTINGS[shape]) for shape in SIM_SHAPES]
 TOL = {torch.float64: 1e-9, torch.float32: 1e-5}
+# The unfused float32 path gets its cost from a float32 matmul (|x|^2 + |y|^2 - 2 x.y, rounding
+# errors of ~1e-7 relative to |x|^2 + |y|^2), which soft-DTW's weights amplify by 1/gamma: its
+# bar is the 1e-4 (gamma.csv on the H200: <= 1.2e-5 at B = 4, N = 512); the fused
+# distances are float64 and keep 1e-5.
+TOL_UNFUSED32 = 1e-4
 
 
 def _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, device):
@@ -42,7 +47,8 @@ def _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype
     for name, a, b in zip(("value", "grad_x", "grad_y"), out, ref, strict=True):
         assert a.dtype == dtype and a.device == x.device
         assert torch.isfinite(a).all(), name
-        assert rel_err(a, b) <= TOL[dtype], (name, rel_err(a, b))
+        tol = TOL_UNFUSED32 if (dtype == torch.float32 and not fused) else TOL[dtype]
+        assert rel_err(a, b) <= tol, (name, rel_err(a, b))
 
 
 @requires_sim

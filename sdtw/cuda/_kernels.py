@@ -136,7 +136,11 @@ TW1 = TW + 1
 RING = 2 * TW  # ring of staged columns (two chunks)
 RING1 = RING + 1  # padded ring row (lanes' same-slot accesses in distinct banks)
 RMASK = uint32(RING - 1)
-G = 8  # boundary values handed between bands per group (TW a multiple; steps unrolled for 8)
+# Boundary values handed between bands per group (4 or 8; steps unrolled by hand for both).
+# SDTW_HANDOFF_G is an experiment switch (read once, at import).
+G = int(os.environ.get("SDTW_HANDOFF_G", "8"))
+if G not in (4, 8):
+    raise ValueError(f"SDTW_HANDOFF_G must be 4 or 8, not {G}")
 INF = math.inf
 
 
@@ -638,15 +642,18 @@ def _build_forward(mode: str, fast: bool):
         above read into registers up front, off the steps' dependency chain."""
         sb = ring(s0)  # a multiple of G: the group's slots are sb .. sb + G - 1
         t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
-        t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
+        if G == 8:
+            t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
         st = step(blk, wup, Rb, own, tid, s0, sb, t0, st, lead, width, pub, scale, xch)
         st = step(blk, wup, Rb, own, tid, s0 + 1, sb + 1, t1, st, lead, width, pub, scale, xch)
         st = step(blk, wup, Rb, own, tid, s0 + 2, sb + 2, t2, st, lead, width, pub, scale, xch)
         st = step(blk, wup, Rb, own, tid, s0 + 3, sb + 3, t3, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, Rb, own, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, Rb, own, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, Rb, own, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
-        return step(blk, wup, Rb, own, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
+        if G == 8:
+            st = step(blk, wup, Rb, own, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
+            st = step(blk, wup, Rb, own, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
+            st = step(blk, wup, Rb, own, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
+            st = step(blk, wup, Rb, own, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
+        return st
 
     @_device
     def distances(acc, yy, xn, blk, i0, N, M, jl, scale):
@@ -768,14 +775,48 @@ def _build_forward(mode: str, fast: bool):
                     a_lo = _col32(Xl, i0, N, jn)
             sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
-            pref = handoff(Rb, above, j0, M, pref, grp, INF, has)
-            st = group(blk, wup, Rb, own, tid, j0, grp, st, lead, width, pub, scale, xch)
-            pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has)
-            st = group(blk, wup, Rb, own, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
-            pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has)
-            st = group(blk, wup, Rb, own, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
-            pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has)
-            st = group(blk, wup, Rb, own, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
+            if G == 8:
+                pref = handoff(Rb, above, j0, M, pref, grp, INF, has)
+                st = group(blk, wup, Rb, own, tid, j0, grp, st, lead, width, pub, scale, xch)
+                pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has)
+                st = group(blk, wup, Rb, own, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
+                pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has)
+                st = group(
+                    blk, wup, Rb, own, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch
+                )
+                pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has)
+                st = group(
+                    blk, wup, Rb, own, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch
+                )
+            else:
+                pref = handoff(Rb, above, j0, M, pref, grp, INF, has)
+                st = group(blk, wup, Rb, own, tid, j0, grp, st, lead, width, pub, scale, xch)
+                pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has)
+                st = group(blk, wup, Rb, own, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
+                pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has)
+                st = group(
+                    blk, wup, Rb, own, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch
+                )
+                pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has)
+                st = group(
+                    blk, wup, Rb, own, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch
+                )
+                pref = handoff(Rb, above, j0 + 4 * G, M, pref, grp, INF, has)
+                st = group(
+                    blk, wup, Rb, own, tid, j0 + 4 * G, grp, st, lead, width, pub, scale, xch
+                )
+                pref = handoff(Rb, above, j0 + 5 * G, M, pref, grp, INF, has)
+                st = group(
+                    blk, wup, Rb, own, tid, j0 + 5 * G, grp, st, lead, width, pub, scale, xch
+                )
+                pref = handoff(Rb, above, j0 + 6 * G, M, pref, grp, INF, has)
+                st = group(
+                    blk, wup, Rb, own, tid, j0 + 6 * G, grp, st, lead, width, pub, scale, xch
+                )
+                pref = handoff(Rb, above, j0 + 7 * G, M, pref, grp, INF, has)
+                st = group(
+                    blk, wup, Rb, own, tid, j0 + 7 * G, grp, st, lead, width, pub, scale, xch
+                )
             if fused and jn0 < M:
                 # Chunk c + 1's distances, after this chunk's steps.  (Interleaving them with
                 # the steps, two features per step, was 20-27% slower on the H200.)
@@ -856,15 +897,18 @@ def _build_backward(fast: bool):
         """The G (= 8) steps of one group, unrolled as in the forward."""
         sb = ring(s0)
         t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
-        t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
+        if G == 8:
+            t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
         st = step(blk, Gb, own, tid, s0, sb, t0, st, lag, width, pub, xch)
         st = step(blk, Gb, own, tid, s0 + 1, sb + 1, t1, st, lag, width, pub, xch)
         st = step(blk, Gb, own, tid, s0 + 2, sb + 2, t2, st, lag, width, pub, xch)
         st = step(blk, Gb, own, tid, s0 + 3, sb + 3, t3, st, lag, width, pub, xch)
-        st = step(blk, Gb, own, tid, s0 + 4, sb + 4, t4, st, lag, width, pub, xch)
-        st = step(blk, Gb, own, tid, s0 + 5, sb + 5, t5, st, lag, width, pub, xch)
-        st = step(blk, Gb, own, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
-        return step(blk, Gb, own, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
+        if G == 8:
+            st = step(blk, Gb, own, tid, s0 + 4, sb + 4, t4, st, lag, width, pub, xch)
+            st = step(blk, Gb, own, tid, s0 + 5, sb + 5, t5, st, lag, width, pub, xch)
+            st = step(blk, Gb, own, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
+            st = step(blk, Gb, own, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
+        return st
 
     @_kernel
     def backward(P, N, M, gout, Gb, sums):
@@ -933,14 +977,32 @@ def _build_backward(fast: bool):
             wd, wu = _col32(Pd, i0, N, jn), _col32(Pu, i0, N, jn)
             sync_band()
             # TW // G = 4 groups, unrolled as in the forward
-            pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok)
-            st = group(blk, Gb, own, tid, s0c, grp, st, lag, width, pub, xch)
-            pref = handoff(Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok)
-            st = group(blk, Gb, own, tid, s0c + G, grp, st, lag, width, pub, xch)
-            pref = handoff(Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok)
-            st = group(blk, Gb, own, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
-            pref = handoff(Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok)
-            st = group(blk, Gb, own, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
+            if G == 8:
+                pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c, grp, st, lag, width, pub, xch)
+                pref = handoff(Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c + G, grp, st, lag, width, pub, xch)
+                pref = handoff(Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
+                pref = handoff(Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
+            else:
+                pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c, grp, st, lag, width, pub, xch)
+                pref = handoff(Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c + G, grp, st, lag, width, pub, xch)
+                pref = handoff(Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
+                pref = handoff(Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
+                pref = handoff(Gb, below_row, s0c + 4 * G, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c + 4 * G, grp, st, lag, width, pub, xch)
+                pref = handoff(Gb, below_row, s0c + 5 * G, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c + 5 * G, grp, st, lag, width, pub, xch)
+                pref = handoff(Gb, below_row, s0c + 6 * G, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c + 6 * G, grp, st, lag, width, pub, xch)
+                pref = handoff(Gb, below_row, s0c + 7 * G, M, pref, grp, 0.0, below_ok)
+                st = group(blk, Gb, own, tid, s0c + 7 * G, grp, st, lag, width, pub, xch)
             sync_band()
             if c > 0:
                 write_e(P, blk, sums, b, i0, N, M, s0c - TW + tid, want_sums)
