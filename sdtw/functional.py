@@ -25,6 +25,7 @@ import torch
 
 from sdtw import _validation as V
 from sdtw._band import band_offsets
+from sdtw._sqeuclidean import sqeuclidean
 from sdtw.cpu import CPUSoftDTW
 from sdtw.reference import softdtw_reference
 
@@ -82,19 +83,8 @@ class _SqEuclidean(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        B, N, D = x.shape
-        M = y.shape[1]
-        K = -(-(D + 2) // 4) * 4
-        xa = x.new_zeros((B, N, K))
-        ya = y.new_zeros((B, M, K))
-        xa[..., :D] = x
-        xa[..., D] = (x * x).sum(-1)
-        xa[..., D + 1] = 1.0
-        ya[..., :D] = y * -2.0
-        ya[..., D] = 1.0
-        ya[..., D + 1] = (y * y).sum(-1)
         ctx.save_for_backward(x, y)
-        return torch.bmm(xa, ya.transpose(1, 2)).clamp_min_(0.0)
+        return sqeuclidean(x, y)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):

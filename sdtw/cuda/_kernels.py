@@ -33,10 +33,11 @@ them from there like a cost (mode ``split``): the dot products then run at full 
 inside the DP's latency-bound warps.
 
 Lane 0 takes the row above the band from the boundary buffer ``Rb`` that the band above writes
-cell by cell: values are float64 bits in an int64 buffer pre-filled with a sentinel, read ``G``
-columns at a time, one group ahead, with atomic reads (L2) and a warp vote, so neither side
-waits on a counter or a fence (the band below runs some 55-60 steps behind the band above, as
-estimated from the probes, the minimum being 32; see :func:`handoff`).  Blocks take a *ticket*
+a group of ``G`` columns at a time (its last row's lane keeps them in shared memory meanwhile):
+values are float64 bits in an int64 buffer pre-filled with a sentinel, read ``G`` columns at a
+time, one group ahead, with atomic reads (L2) and a warp vote, so neither side waits on a
+counter or a fence (the band below runs some 55-60 steps behind the band above, as estimated
+from the probes, the minimum being 32; see :func:`handoff`).  Blocks take a *ticket*
 from an atomic counter (the boundary buffer's last element) and derive their (band, pair) from
 it, so a block only ever waits for blocks that started before it: no deadlock whatever order
 the hardware schedules blocks in, and the CUDA simulator (which runs blocks one at a time)
@@ -136,11 +137,7 @@ TW1 = TW + 1
 RING = 2 * TW  # ring of staged columns (two chunks)
 RING1 = RING + 1  # padded ring row (lanes' same-slot accesses in distinct banks)
 RMASK = uint32(RING - 1)
-# Boundary values handed between bands per group (4 or 8; steps unrolled by hand for both).
-# SDTW_HANDOFF_G is an experiment switch (read once, at import).
-G = int(os.environ.get("SDTW_HANDOFF_G", "8"))
-if G not in (4, 8):
-    raise ValueError(f"SDTW_HANDOFF_G must be 4 or 8, not {G}")
+G = 8  # boundary values handed between bands per group (TW a multiple; steps unrolled for 8)
 INF = math.inf
 
 
@@ -380,11 +377,31 @@ any_lane = _any_lane_sim if SIMULATED else _any_lane_gpu
 sync_band = _sync_band_sim if SIMULATED else _sync_band_gpu
 
 
-@_device
-def handoff(hand, row, col0, limit, pref, grp, empty, has):
-    """Take one group of ``G`` boundary values into ``grp`` and prefetch the next group.
+#: A band publishes its last row (the forward) or its top lane's hand-over (the backward) a
+#: group at a time: the columns ``col0 - FLUSH_LAG .. col0 - FLUSH_LAG + G - 1`` at the
+#: handoff of the group that starts at step ``col0``, all computed by then (the publishing lane
+#: is at most ``TB - 1`` steps behind lane 0).
+FLUSH_LAG = TB + G
 
-    Lanes ``0 .. G - 1`` hold in ``pref`` the bits of columns ``col0 + lane`` of the boundary
+
+@_device
+def handoff(hand, row, col0, limit, pref, grp, empty, has, pubs, own, publishes, plag):
+    """Publish one group of this band's boundary values, take one group of the band before's
+    into ``grp``, and prefetch the next.
+
+    Publishing: the publishing lane (``plag`` steps behind lane 0) keeps its values in the
+    shared ring ``pubs``, column ``j`` in slot ``(j + plag) % RING`` (its step's slot, a
+    constant offset within a group); after this call's first barrier, lanes ``0 .. G - 1``
+    write columns ``col0 - FLUSH_LAG + lane`` from there to the flat row ``own`` of ``hand``
+    (if ``publishes``), so the steps issue no global store.  A store per step (by one lane) had
+    the warp wait, about 11% of a single band's time, until the store had read its data
+    register, which the next steps reused (``ncu`` source-level stall sampling, long
+    scoreboard on that register; ``probe-dev.txt``, run 15); the group is published 2 steps
+    after its last value is computed, and the band below waits for whole groups anyway.
+
+    Taking:
+
+    lanes ``0 .. G - 1`` hold in ``pref`` the bits of columns ``col0 + lane`` of the boundary
     row that starts at flat index ``row`` of ``hand`` (read one group earlier; columns
     ``>= limit`` do not exist and read as ``empty``, and so does the whole group unless ``has``:
     a band at the table's edge calls this too, with ``row`` any valid row, so that the calls
@@ -407,11 +424,25 @@ def handoff(hand, row, col0, limit, pref, grp, empty, has):
     while any_lane(mine & (pref == SENTINEL)):
         if mine & (pref == SENTINEL):
             pref = cuda.atomic.add(hand, row + col, 0)
-    sync_band()  # every lane is done with the previous group
+    sync_band()  # every lane is done with the previous group (and its ``pubs`` stores)
+    fc = col0 - FLUSH_LAG + tid
+    if publishes and tid < G and below(fc, limit):
+        hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
     if tid < G:
         grp[tid] = from_bits(pref) if mine else empty
     sync_band()
     return cuda.atomic.add(hand, row + min(col + G, limit), 0)
+
+
+@_device
+def flush_rest(hand, pubs, own, send, limit, publishes, plag):
+    """After the last step (``send`` steps in all): publish the columns that no handoff did,
+    ``send - FLUSH_LAG ..`` (at most ``TB - 1 + FLUSH_LAG - TW`` of them: ``send >= limit +
+    TB - 1``)."""
+    sync_band()
+    fc = send - FLUSH_LAG + cuda.threadIdx.x
+    if publishes and below(fc, limit):
+        hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
 
 
 @_device
@@ -498,33 +529,10 @@ def _put16(sh, dd, rh, v, first, lim, d_ok):
 
 
 @_device
-def _clamp8(h):
-    """``max(h, 0)`` in float64 for the eight values of a :func:`_col8` load (a float64
-    distance parked in a float64 P, see ``split`` in :func:`_build_forward`)."""
-    return (
-        max(float64(h[0]), 0.0),
-        max(float64(h[1]), 0.0),
-        max(float64(h[2]), 0.0),
-        max(float64(h[3]), 0.0),
-        max(float64(h[4]), 0.0),
-        max(float64(h[5]), 0.0),
-        max(float64(h[6]), 0.0),
-        max(float64(h[7]), 0.0),
-    )
-
-
-@_device
-def _clamp32(h):
-    """:func:`_clamp8` of a :func:`_col32` load."""
-    return _clamp8(h[0]), _clamp8(h[1]), _clamp8(h[2]), _clamp8(h[3])
-
-
-@_device
 def _join1(h, lo):
-    """``max(d, 0)`` for the float64 ``d`` whose bits are the 32-bit words ``h`` (high) and
-    ``lo`` (low): no conversion instruction, the two words are the two halves of a register
-    pair."""
-    return max(from_bits((int64(h) << 32) | (int64(lo) & 0xFFFFFFFF)), 0.0)
+    """The float64 whose bits are the 32-bit words ``h`` (high) and ``lo`` (low): no
+    instruction, the two words are the two halves of a register pair."""
+    return from_bits((int64(h) << 32) | (int64(lo) & 0xFFFFFFFF))
 
 
 #: Where the forward kernel gets its costs (a compile-time constant of each kernel).
@@ -569,7 +577,7 @@ def _build_forward(mode: str, fast: bool):
     zero = blk_t(0)
 
     @_device
-    def step(blk, wup, Rb, own, tid, s, sl, top, st, lead, width, pub, scale, xch):
+    def step(blk, wup, pubs, tid, s, sl, top, st, lead, width, pub, scale, xch):
         """One anti-diagonal step of one lane: column ``s - tid`` of its row, ring slot ``sl``.
 
         ``st`` = (r_diag, r_left, up_next): R of the diagonal and left neighbours and what the
@@ -594,9 +602,8 @@ def _build_forward(mode: str, fast: bool):
         else:
             blk[0, tid, sl] = blk_t(pd) if ok else zero
         wup[tid, sl] = w_t(pu) if ok else w_t(0.0)
-        j = s - tid
-        if below(j, pub):
-            Rb[uint64(own + j)] = as_bits(r)
+        if pub:
+            pubs[sl] = r  # (this lane's column s - tid; flushed by column, see handoff)
         return up, r, from_prev_lane(r, xch, s & 1)
 
     @_device
@@ -637,23 +644,20 @@ def _build_forward(mode: str, fast: bool):
         return yy + yv * yv
 
     @_device
-    def group(blk, wup, Rb, own, tid, s0, grp, st, lead, width, pub, scale, xch):
+    def group(blk, wup, pubs, tid, s0, grp, st, lead, width, pub, scale, xch):
         """The G (= 8) steps of one group, unrolled by hand: constant slot offsets, and the row
         above read into registers up front, off the steps' dependency chain."""
         sb = ring(s0)  # a multiple of G: the group's slots are sb .. sb + G - 1
         t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
-        if G == 8:
-            t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
-        st = step(blk, wup, Rb, own, tid, s0, sb, t0, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, Rb, own, tid, s0 + 1, sb + 1, t1, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, Rb, own, tid, s0 + 2, sb + 2, t2, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, Rb, own, tid, s0 + 3, sb + 3, t3, st, lead, width, pub, scale, xch)
-        if G == 8:
-            st = step(blk, wup, Rb, own, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
-            st = step(blk, wup, Rb, own, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
-            st = step(blk, wup, Rb, own, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
-            st = step(blk, wup, Rb, own, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
-        return st
+        t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
+        st = step(blk, wup, pubs, tid, s0, sb, t0, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pubs, tid, s0 + 1, sb + 1, t1, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pubs, tid, s0 + 2, sb + 2, t2, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pubs, tid, s0 + 3, sb + 3, t3, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pubs, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pubs, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pubs, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
+        return step(blk, wup, pubs, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
 
     @_device
     def distances(acc, yy, xn, blk, i0, N, M, jl, scale):
@@ -699,10 +703,12 @@ def _build_forward(mode: str, fast: bool):
         lead = jlo + tid
         # The lane of the band's last row publishes it for the band below (the last band's,
         # row N - 1, is where the loss is read at the end).
-        pub = M if tid == min(TB - 1, N - 1 - i0) else 0
+        plag = min(TB - 1, N - 1 - i0)  # the lane of the band's last row publishes it
+        pub = tid == plag
         blk = cuda.shared.array((planes, TB, RING1), blk_t)  # cost, then p_diag
         wup = cuda.shared.array((TB, RING1), w_t)  # p_up
         grp = cuda.shared.array(G, float64)
+        pubs = cuda.shared.array(RING, float64)  # the band's last row, until published
         xch = cuda.shared.array((2, TB), float64)
         acc = cuda.local.array(TB, float64)  # products of the next chunk's distances (fused)
         if fused:
@@ -762,12 +768,10 @@ def _build_forward(mode: str, fast: bool):
                 # chunk c + 1, in flight during this chunk's steps (clamped, harmless past M).
                 # (split: chunk c's distances were read one chunk ago; its weights go over
                 # them one chunk from now, by this block: read before write, same cells.)
-                if words:  # the two words as they are (the step joins and clamps them)
+                if words:  # the two words as they are (the step joins them)
                     _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
                     _put32(blk, 1, a_lo, i0, N, jl < M, jl, 1, zero)
-                elif split:
-                    _put32(blk, 0, _clamp32(a), i0, N, jl < M, jl, 1, zero)
-                else:
+                else:  # (the parked distances are clamped at 0 already)
                     _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
                 jn = min(jl + TW, M - 1)
                 a = _col32(Xb, i0, N, jn)
@@ -775,48 +779,14 @@ def _build_forward(mode: str, fast: bool):
                     a_lo = _col32(Xl, i0, N, jn)
             sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
-            if G == 8:
-                pref = handoff(Rb, above, j0, M, pref, grp, INF, has)
-                st = group(blk, wup, Rb, own, tid, j0, grp, st, lead, width, pub, scale, xch)
-                pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has)
-                st = group(blk, wup, Rb, own, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
-                pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has)
-                st = group(
-                    blk, wup, Rb, own, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch
-                )
-                pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has)
-                st = group(
-                    blk, wup, Rb, own, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch
-                )
-            else:
-                pref = handoff(Rb, above, j0, M, pref, grp, INF, has)
-                st = group(blk, wup, Rb, own, tid, j0, grp, st, lead, width, pub, scale, xch)
-                pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has)
-                st = group(blk, wup, Rb, own, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
-                pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has)
-                st = group(
-                    blk, wup, Rb, own, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch
-                )
-                pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has)
-                st = group(
-                    blk, wup, Rb, own, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch
-                )
-                pref = handoff(Rb, above, j0 + 4 * G, M, pref, grp, INF, has)
-                st = group(
-                    blk, wup, Rb, own, tid, j0 + 4 * G, grp, st, lead, width, pub, scale, xch
-                )
-                pref = handoff(Rb, above, j0 + 5 * G, M, pref, grp, INF, has)
-                st = group(
-                    blk, wup, Rb, own, tid, j0 + 5 * G, grp, st, lead, width, pub, scale, xch
-                )
-                pref = handoff(Rb, above, j0 + 6 * G, M, pref, grp, INF, has)
-                st = group(
-                    blk, wup, Rb, own, tid, j0 + 6 * G, grp, st, lead, width, pub, scale, xch
-                )
-                pref = handoff(Rb, above, j0 + 7 * G, M, pref, grp, INF, has)
-                st = group(
-                    blk, wup, Rb, own, tid, j0 + 7 * G, grp, st, lead, width, pub, scale, xch
-                )
+            pref = handoff(Rb, above, j0, M, pref, grp, INF, has, pubs, own, True, plag)
+            st = group(blk, wup, pubs, tid, j0, grp, st, lead, width, pub, scale, xch)
+            pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has, pubs, own, True, plag)
+            st = group(blk, wup, pubs, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
+            pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has, pubs, own, True, plag)
+            st = group(blk, wup, pubs, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
+            pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has, pubs, own, True, plag)
+            st = group(blk, wup, pubs, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
             if fused and jn0 < M:
                 # Chunk c + 1's distances, after this chunk's steps.  (Interleaving them with
                 # the steps, two features per step, was 20-27% slower on the H200.)
@@ -839,8 +809,9 @@ def _build_forward(mode: str, fast: bool):
             if fused and jn0 < M:
                 # chunk c + 1's distances, into chunk c - 1's slots (written out just above)
                 distances(acc, yy, xn, blk, i0, N, M, jn0 + tid, scale)
-        if i == N - 1:
-            out[b] = from_bits(Rb[own + M - 1]) * (gamma * LN2)  # this lane's own store
+        flush_rest(Rb, pubs, own, nchunks * TW, M, True, plag)
+        if i == N - 1:  # the publishing lane of the last band: its own shared store
+            out[b] = pubs[ring(M - 1 + plag)] * (gamma * LN2)
         if store:
             jp = (nchunks - 1) * TW + tid
             if jp < M:
@@ -871,7 +842,7 @@ def _build_backward(fast: bool):
                 cuda.atomic.add(sums, (b, N + jp), cs)
 
     @_device
-    def step(blk, Gb, own, tid, s, sl, bot, st, lag, width, pub, xch):
+    def step(blk, pubs, tid, s, sl, bot, st, lag, width, pub, xch):
         """One step of one lane: position ``s - lag`` of its row, ring slot ``sl``.
 
         ``st`` = (e_left, d_prev, inc_next, rs): the "from the right" term, this lane's previous
@@ -888,27 +859,24 @@ def _build_backward(fast: bool):
         blk[1, tid, sl] = blk_t(e)
         v = e * pu + d_prev
         e_left = e * (1.0 - pd - pu) if ok else e_left
-        if below(p, pub):
-            Gb[uint64(own + p)] = as_bits(v)
+        if pub:
+            pubs[sl] = v
         return e_left, e * pd, from_next_lane(v, xch, s & 1), rs + e
 
     @_device
-    def group(blk, Gb, own, tid, s0, grp, st, lag, width, pub, xch):
+    def group(blk, pubs, tid, s0, grp, st, lag, width, pub, xch):
         """The G (= 8) steps of one group, unrolled as in the forward."""
         sb = ring(s0)
         t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
-        if G == 8:
-            t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
-        st = step(blk, Gb, own, tid, s0, sb, t0, st, lag, width, pub, xch)
-        st = step(blk, Gb, own, tid, s0 + 1, sb + 1, t1, st, lag, width, pub, xch)
-        st = step(blk, Gb, own, tid, s0 + 2, sb + 2, t2, st, lag, width, pub, xch)
-        st = step(blk, Gb, own, tid, s0 + 3, sb + 3, t3, st, lag, width, pub, xch)
-        if G == 8:
-            st = step(blk, Gb, own, tid, s0 + 4, sb + 4, t4, st, lag, width, pub, xch)
-            st = step(blk, Gb, own, tid, s0 + 5, sb + 5, t5, st, lag, width, pub, xch)
-            st = step(blk, Gb, own, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
-            st = step(blk, Gb, own, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
-        return st
+        t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
+        st = step(blk, pubs, tid, s0, sb, t0, st, lag, width, pub, xch)
+        st = step(blk, pubs, tid, s0 + 1, sb + 1, t1, st, lag, width, pub, xch)
+        st = step(blk, pubs, tid, s0 + 2, sb + 2, t2, st, lag, width, pub, xch)
+        st = step(blk, pubs, tid, s0 + 3, sb + 3, t3, st, lag, width, pub, xch)
+        st = step(blk, pubs, tid, s0 + 4, sb + 4, t4, st, lag, width, pub, xch)
+        st = step(blk, pubs, tid, s0 + 5, sb + 5, t5, st, lag, width, pub, xch)
+        st = step(blk, pubs, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
+        return step(blk, pubs, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
 
     @_kernel
     def backward(P, N, M, gout, Gb, sums):
@@ -940,9 +908,11 @@ def _build_backward(fast: bool):
         own = (b * nb + k) * (M + 1)  # this band's boundary row in the flat Gb
         width = M if i < N else 0
         lag = TB - 1 - tid
-        pub = M if (tid == 0 and k > 0) else 0  # lane 0 hands its v to the band above
+        ups = k > 0  # a band above to hand to
+        pub = tid == 0 and ups  # lane 0 hands its v to the band above
         blk = cuda.shared.array((2, TB, RING1), blk_t)
         grp = cuda.shared.array(G, float64)
+        pubs = cuda.shared.array(RING, float64)  # lane 0's hand-overs, until published
         xch = cuda.shared.array((2, TB), float64)
         if tid < G:
             grp[tid] = 0.0  # the bottom band's row below (others overwrite it group by group)
@@ -977,36 +947,25 @@ def _build_backward(fast: bool):
             wd, wu = _col32(Pd, i0, N, jn), _col32(Pu, i0, N, jn)
             sync_band()
             # TW // G = 4 groups, unrolled as in the forward
-            if G == 8:
-                pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + G, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
-            else:
-                pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + G, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + 4 * G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + 4 * G, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + 5 * G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + 5 * G, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + 6 * G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + 6 * G, grp, st, lag, width, pub, xch)
-                pref = handoff(Gb, below_row, s0c + 7 * G, M, pref, grp, 0.0, below_ok)
-                st = group(blk, Gb, own, tid, s0c + 7 * G, grp, st, lag, width, pub, xch)
+            pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1)
+            st = group(blk, pubs, tid, s0c, grp, st, lag, width, pub, xch)
+            pref = handoff(
+                Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
+            )
+            st = group(blk, pubs, tid, s0c + G, grp, st, lag, width, pub, xch)
+            pref = handoff(
+                Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
+            )
+            st = group(blk, pubs, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
+            pref = handoff(
+                Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
+            )
+            st = group(blk, pubs, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
             sync_band()
             if c > 0:
                 write_e(P, blk, sums, b, i0, N, M, s0c - TW + tid, want_sums)
             sync_band()
+        flush_rest(Gb, pubs, own, nchunks * TW, M, ups, TB - 1)
         write_e(P, blk, sums, b, i0, N, M, (nchunks - 1) * TW + tid, want_sums)
         if want_sums and i < N:
             sums[b, i] = st[3]
@@ -1153,7 +1112,7 @@ def _build_park(fast: bool):
             for c in range(4):
                 for e in range(2):
                     jl = cb + uint32(8 * c + e)
-                    v = (nrm[il] + nrm[uint32(PS) + jl]) - 2.0 * acc[a, c, e]
+                    v = max((nrm[il] + nrm[uint32(PS) + jl]) - 2.0 * acc[a, c, e], 0.0)
                     o = (il & uint32(31)) * uint32(PS1) + jl
                     if fast:
                         bits = as_bits(v)

@@ -13,6 +13,7 @@ from collections import Counter
 import torch
 
 from sdtw._compat import patch_numpy_for_numba
+from sdtw._sqeuclidean import sqeuclidean
 
 patch_numpy_for_numba()
 
@@ -26,6 +27,8 @@ from sdtw.cuda import _kernels as K  # noqa: E402
 launch_counts: Counter = Counter()
 
 _streams: dict[int, object] = {}
+
+_F32DIST = os.environ.get("SDTW_FUSED_F32DIST", "0") == "1"
 
 
 def _arr(t: torch.Tensor):
@@ -235,7 +238,13 @@ def forward(
     mode = K.COST
     src, src2 = a, a  # the kernel's X and Y (Y unused unless fused)
     p_arg = P
-    if fused and store:
+    if fused and store and fast and _F32DIST:
+        # (experiment) float32 distances by one batched matmul into P's plane 1, then the
+        # cost forward reads them there and writes the weights over them
+        plane = P[:, 1]
+        sqeuclidean(a, y, out=plane)
+        src, src2 = plane, _placeholder((1, 1, 1), a.dtype, dev)
+    elif fused and store:
         tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
         words = P.view(torch.int32) if fast else P  # float32 P: the distances' 32-bit words
         _launcher(K.PARK[fast])(tiles, K.PARK_THREADS, streams, a, y, words.view(-1), N, M)
