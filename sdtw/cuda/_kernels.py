@@ -138,6 +138,11 @@ RING = 2 * TW  # ring of staged columns (two chunks)
 RING1 = RING + 1  # padded ring row (lanes' same-slot accesses in distinct banks)
 RMASK = uint32(RING - 1)
 G = 8  # boundary values handed between bands per group (TW a multiple; steps unrolled for 8)
+# Experiment switches (read once, at import): how boundary values are published ("flush": a
+# group at a time from shared memory; "step": a global store per step) and read ("atomic":
+# atomic add of 0; "relaxed": ld.relaxed.gpu).
+PUB_FLUSH = os.environ.get("SDTW_PUB", "flush") == "flush"
+POLL_RELAXED = os.environ.get("SDTW_POLL", "atomic") == "relaxed"
 INF = math.inf
 
 
@@ -271,6 +276,44 @@ def _from_next_lane_smem(v, xch, parity):
 
 from_prev_lane = _from_prev_lane_smem if SIMULATED else _from_prev_lane_shfl
 from_next_lane = _from_next_lane_smem if SIMULATED else _from_next_lane_shfl
+
+
+def _ld_relaxed_intrinsic():
+    """``ld.relaxed.gpu.b64`` of ``arr[idx]`` (an int64 array): a coherent read at GPU scope
+    (L2), without the atomic's read-modify-write."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def ld_relaxed(typingctx, arr, idx):
+        def codegen(context, builder, signature, args):
+            aryty = signature.args[0]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            ptr = cgutils.get_item_pointer(
+                context, builder, aryty, ary, [args[1]], wraparound=False
+            )
+            fty = ir.FunctionType(ir.IntType(64), [ptr.type])
+            return builder.asm(fty, "ld.relaxed.gpu.b64 $0, [$1];", "=l,l", [ptr], True)
+
+        return types.int64(arr, idx), codegen
+
+    return ld_relaxed
+
+
+def _ld_relaxed_sim(arr, idx):
+    return arr[idx]
+
+
+_ld_relaxed = _ld_relaxed_sim if SIMULATED else _ld_relaxed_intrinsic()
+
+
+@_device
+def poll(hand, idx):
+    """The current value of ``hand[idx]`` as seen in L2 (never a stale L1 line)."""
+    if POLL_RELAXED:
+        return _ld_relaxed(hand, idx)
+    return cuda.atomic.add(hand, idx, 0)
 
 
 @_device
@@ -423,15 +466,15 @@ def handoff(hand, row, col0, limit, pref, grp, empty, has, pubs, own, publishes,
     mine = has & (tid < G) & (col < limit)
     while any_lane(mine & (pref == SENTINEL)):
         if mine & (pref == SENTINEL):
-            pref = cuda.atomic.add(hand, row + col, 0)
+            pref = poll(hand, row + col)
     sync_band()  # every lane is done with the previous group (and its ``pubs`` stores)
     fc = col0 - FLUSH_LAG + tid
-    if publishes and tid < G and below(fc, limit):
+    if PUB_FLUSH and publishes and tid < G and below(fc, limit):
         hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
     if tid < G:
         grp[tid] = from_bits(pref) if mine else empty
     sync_band()
-    return cuda.atomic.add(hand, row + min(col + G, limit), 0)
+    return poll(hand, row + min(col + G, limit))
 
 
 @_device
@@ -441,7 +484,7 @@ def flush_rest(hand, pubs, own, send, limit, publishes, plag):
     TB - 1``)."""
     sync_band()
     fc = send - FLUSH_LAG + cuda.threadIdx.x
-    if publishes and below(fc, limit):
+    if PUB_FLUSH and publishes and below(fc, limit):
         hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
 
 
@@ -577,7 +620,7 @@ def _build_forward(mode: str, fast: bool):
     zero = blk_t(0)
 
     @_device
-    def step(blk, wup, pubs, tid, s, sl, top, st, lead, width, pub, scale, xch):
+    def step(blk, wup, pb, tid, s, sl, top, st, lead, width, pub, scale, xch):
         """One anti-diagonal step of one lane: column ``s - tid`` of its row, ring slot ``sl``.
 
         ``st`` = (r_diag, r_left, up_next): R of the diagonal and left neighbours and what the
@@ -603,7 +646,11 @@ def _build_forward(mode: str, fast: bool):
             blk[0, tid, sl] = blk_t(pd) if ok else zero
         wup[tid, sl] = w_t(pu) if ok else w_t(0.0)
         if pub:
+            pubs, hand, own, plag, M = pb
             pubs[sl] = r  # (this lane's column s - tid; flushed by column, see handoff)
+            if not PUB_FLUSH:
+                if below(s - plag, M):
+                    hand[uint64(own + s - plag)] = as_bits(r)
         return up, r, from_prev_lane(r, xch, s & 1)
 
     @_device
@@ -644,20 +691,20 @@ def _build_forward(mode: str, fast: bool):
         return yy + yv * yv
 
     @_device
-    def group(blk, wup, pubs, tid, s0, grp, st, lead, width, pub, scale, xch):
+    def group(blk, wup, pb, tid, s0, grp, st, lead, width, pub, scale, xch):
         """The G (= 8) steps of one group, unrolled by hand: constant slot offsets, and the row
         above read into registers up front, off the steps' dependency chain."""
         sb = ring(s0)  # a multiple of G: the group's slots are sb .. sb + G - 1
         t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
         t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
-        st = step(blk, wup, pubs, tid, s0, sb, t0, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pubs, tid, s0 + 1, sb + 1, t1, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pubs, tid, s0 + 2, sb + 2, t2, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pubs, tid, s0 + 3, sb + 3, t3, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pubs, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pubs, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pubs, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
-        return step(blk, wup, pubs, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pb, tid, s0, sb, t0, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pb, tid, s0 + 1, sb + 1, t1, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pb, tid, s0 + 2, sb + 2, t2, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pb, tid, s0 + 3, sb + 3, t3, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pb, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pb, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, pb, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
+        return step(blk, wup, pb, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
 
     @_device
     def distances(acc, yy, xn, blk, i0, N, M, jl, scale):
@@ -731,8 +778,9 @@ def _build_forward(mode: str, fast: bool):
         st = (0.0 if (k == 0 and tid == 0) else INF, INF, INF)
         has = k > 0  # a band above to take the row from
         above = own - (M + 1) if has else own  # (the top band reads its own row, ignored)
-        pref = cuda.atomic.add(Rb, above + min(tid, M), 0)
+        pref = poll(Rb, above + min(tid, M))
         nchunks = (M + TB - 1 + TW - 1) // TW
+        pb = (pubs, Rb, own, plag, M)  # where the publishing lane's steps put their values
         dd = tid % DC  # fused staging: lane (dd, rh) takes feature dd of rows rh, rh + 2, ..
         rh = tid // DC
         yy = 0.0
@@ -780,13 +828,13 @@ def _build_forward(mode: str, fast: bool):
             sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
             pref = handoff(Rb, above, j0, M, pref, grp, INF, has, pubs, own, True, plag)
-            st = group(blk, wup, pubs, tid, j0, grp, st, lead, width, pub, scale, xch)
+            st = group(blk, wup, pb, tid, j0, grp, st, lead, width, pub, scale, xch)
             pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has, pubs, own, True, plag)
-            st = group(blk, wup, pubs, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
+            st = group(blk, wup, pb, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
             pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has, pubs, own, True, plag)
-            st = group(blk, wup, pubs, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
+            st = group(blk, wup, pb, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
             pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has, pubs, own, True, plag)
-            st = group(blk, wup, pubs, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
+            st = group(blk, wup, pb, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
             if fused and jn0 < M:
                 # Chunk c + 1's distances, after this chunk's steps.  (Interleaving them with
                 # the steps, two features per step, was 20-27% slower on the H200.)
@@ -842,7 +890,7 @@ def _build_backward(fast: bool):
                 cuda.atomic.add(sums, (b, N + jp), cs)
 
     @_device
-    def step(blk, pubs, tid, s, sl, bot, st, lag, width, pub, xch):
+    def step(blk, pb, tid, s, sl, bot, st, lag, width, pub, xch):
         """One step of one lane: position ``s - lag`` of its row, ring slot ``sl``.
 
         ``st`` = (e_left, d_prev, inc_next, rs): the "from the right" term, this lane's previous
@@ -860,23 +908,27 @@ def _build_backward(fast: bool):
         v = e * pu + d_prev
         e_left = e * (1.0 - pd - pu) if ok else e_left
         if pub:
+            pubs, hand, own, _, M = pb
             pubs[sl] = v
+            if not PUB_FLUSH:
+                if below(p, M):
+                    hand[uint64(own + p)] = as_bits(v)
         return e_left, e * pd, from_next_lane(v, xch, s & 1), rs + e
 
     @_device
-    def group(blk, pubs, tid, s0, grp, st, lag, width, pub, xch):
+    def group(blk, pb, tid, s0, grp, st, lag, width, pub, xch):
         """The G (= 8) steps of one group, unrolled as in the forward."""
         sb = ring(s0)
         t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
         t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
-        st = step(blk, pubs, tid, s0, sb, t0, st, lag, width, pub, xch)
-        st = step(blk, pubs, tid, s0 + 1, sb + 1, t1, st, lag, width, pub, xch)
-        st = step(blk, pubs, tid, s0 + 2, sb + 2, t2, st, lag, width, pub, xch)
-        st = step(blk, pubs, tid, s0 + 3, sb + 3, t3, st, lag, width, pub, xch)
-        st = step(blk, pubs, tid, s0 + 4, sb + 4, t4, st, lag, width, pub, xch)
-        st = step(blk, pubs, tid, s0 + 5, sb + 5, t5, st, lag, width, pub, xch)
-        st = step(blk, pubs, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
-        return step(blk, pubs, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
+        st = step(blk, pb, tid, s0, sb, t0, st, lag, width, pub, xch)
+        st = step(blk, pb, tid, s0 + 1, sb + 1, t1, st, lag, width, pub, xch)
+        st = step(blk, pb, tid, s0 + 2, sb + 2, t2, st, lag, width, pub, xch)
+        st = step(blk, pb, tid, s0 + 3, sb + 3, t3, st, lag, width, pub, xch)
+        st = step(blk, pb, tid, s0 + 4, sb + 4, t4, st, lag, width, pub, xch)
+        st = step(blk, pb, tid, s0 + 5, sb + 5, t5, st, lag, width, pub, xch)
+        st = step(blk, pb, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
+        return step(blk, pb, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
 
     @_kernel
     def backward(P, N, M, gout, Gb, sums):
@@ -929,8 +981,9 @@ def _build_backward(fast: bool):
         want_sums = sums.shape[1] == N + M
         below_ok = k < nb - 1
         below_row = own + (M + 1) if below_ok else own  # (the bottom band: its own, ignored)
-        pref = cuda.atomic.add(Gb, below_row + min(tid, M), 0)
+        pref = poll(Gb, below_row + min(tid, M))
         nchunks = (M + TB - 1 + TW - 1) // TW
+        pb = (pubs, Gb, own, TB - 1, M)  # where lane 0's steps put their hand-overs
         Pd = P[b, 0]  # this pair's weights, (N, M) each
         Pu = P[b, 1]
         jn = max(M - 1 - tid, 0)
@@ -948,19 +1001,19 @@ def _build_backward(fast: bool):
             sync_band()
             # TW // G = 4 groups, unrolled as in the forward
             pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1)
-            st = group(blk, pubs, tid, s0c, grp, st, lag, width, pub, xch)
+            st = group(blk, pb, tid, s0c, grp, st, lag, width, pub, xch)
             pref = handoff(
                 Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
-            st = group(blk, pubs, tid, s0c + G, grp, st, lag, width, pub, xch)
+            st = group(blk, pb, tid, s0c + G, grp, st, lag, width, pub, xch)
             pref = handoff(
                 Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
-            st = group(blk, pubs, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
+            st = group(blk, pb, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
             pref = handoff(
                 Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
-            st = group(blk, pubs, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
+            st = group(blk, pb, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
             sync_band()
             if c > 0:
                 write_e(P, blk, sums, b, i0, N, M, s0c - TW + tid, want_sums)
