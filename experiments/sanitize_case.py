@@ -1,5 +1,6 @@
-"""A small fused and unfused step, and a fused forward without gradients, for
-compute-sanitizer (memcheck, racecheck): every kernel (park, the three forwards, backward).
+"""Small fused and unfused steps, and fused forwards without gradients, for compute-sanitizer
+(memcheck, racecheck): every kernel (park, the four forward modes, backward), in both the
+*quiet* and the *busy* variant (``sdtw.cuda._launch.busy``).
 
 ``compute-sanitizer --tool memcheck python3 -m experiments.sanitize_case``
 """
@@ -9,16 +10,25 @@ from __future__ import annotations
 import torch
 
 import sdtw
+from sdtw.cuda import _launch
 
 
 def main() -> None:
-    for fused, D in ((True, 5), (False, 5), (True, 20)):  # D = 20: two passes of the park
-        x = torch.randn(2, 70, D, device="cuda", requires_grad=True)
-        y = torch.randn(2, 45, D, device="cuda", requires_grad=True)
-        loss = sdtw.softdtw(x, y, gamma=0.1, fused=fused, bandwidth=30, backend="cuda")
-        loss.sum().backward()
-        with torch.no_grad():
-            sdtw.softdtw(x, y, gamma=0.1, fused=fused, bandwidth=30, backend="cuda")
+    for force in (False, True):
+        _launch.FORCE_BUSY = force
+        # float32: distances by matmul (mode plane); float64: the park (D = 20: two passes)
+        for fused, D, dtype in (
+            (True, 5, torch.float32),
+            (False, 5, torch.float32),
+            (True, 20, torch.float64),
+        ):
+            x = torch.randn(2, 70, D, device="cuda", dtype=dtype, requires_grad=True)
+            y = torch.randn(2, 45, D, device="cuda", dtype=dtype, requires_grad=True)
+            loss = sdtw.softdtw(x, y, gamma=0.1, fused=fused, bandwidth=30, backend="cuda")
+            loss.sum().backward()
+            with torch.no_grad():
+                sdtw.softdtw(x, y, gamma=0.1, fused=fused, bandwidth=30, backend="cuda")
+    _launch.FORCE_BUSY = None
     torch.cuda.synchronize()
     print("sanitizer case ok")
 

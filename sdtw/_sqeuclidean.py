@@ -5,8 +5,12 @@ from __future__ import annotations
 import torch
 
 
-def sqeuclidean(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``|x_i|^2 + |y_j|^2 - 2 x_i.y_j`` (B, N, M) of x (B, N, D) and y (B, M, D), clamped at 0.
+def sqeuclidean(
+    x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None, clamp: bool = True
+) -> torch.Tensor:
+    """``|x_i|^2 + |y_j|^2 - 2 x_i.y_j`` (B, N, M) of x (B, N, D) and y (B, M, D), clamped at 0
+    unless ``clamp`` is False (a value of an identical pair can then be a rounding error
+    below 0, which soft-DTW takes as it is).
 
     One batched matmul of the augmented features ``[x, |x|^2, 1]`` and ``[-2 y, 1, |y|^2]``
     (zero-padded to a multiple of 4 features), then an in-place clamp: one pass writing the
@@ -27,6 +31,7 @@ def sqeuclidean(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = Non
         ya[..., D] = 1.0
         ya[..., D + 1] = (y * y).sum(-1)
         if out is None:
-            return torch.bmm(xa, ya.transpose(1, 2)).clamp_min_(0.0)
-        torch.bmm(xa, ya.transpose(1, 2), out=out)
-        return out.clamp_min_(0.0)
+            out = torch.bmm(xa, ya.transpose(1, 2))
+        else:
+            torch.bmm(xa, ya.transpose(1, 2), out=out)
+        return out.clamp_min_(0.0) if clamp else out

@@ -26,18 +26,19 @@ Costs (or fused distances) are staged ``TW`` = 32 columns (a *chunk*) at a time 
 backward load the next chunk into registers while the current chunk's steps run.  The fused
 forward without gradients computes the next chunk's distances itself (float64 dot products of
 staged features) after the current chunk's steps, so it needs no (N, M) buffer at all.  With
-gradients the weights buffer ``P`` is there anyway, so the fused forward first *parks* each
-cell's float64 distance in it (a tiled product on the float64 tensor cores,
-:func:`_build_park`) and the DP reads
-them from there like a cost (mode ``split``): the dot products then run at full rate instead of
+gradients the weights buffer ``P`` is there anyway, so the fused forward first puts each
+cell's distance in it (float32 inputs: a float32 batched matmul into plane 1, mode ``plane``;
+float64 inputs: float64 distances from a tiled product on the float64 tensor cores,
+:func:`_build_park`, into plane 0, mode ``split``) and the DP reads them from there like a
+cost, overwriting each with its weights: the dot products then run at full rate instead of
 inside the DP's latency-bound warps.
 
 Lane 0 takes the row above the band from the boundary buffer ``Rb`` that the band above writes
-a group of ``G`` columns at a time (its last row's lane keeps them in shared memory meanwhile):
-values are float64 bits in an int64 buffer pre-filled with a sentinel, read ``G`` columns at a
-time, one group ahead, with atomic reads (L2) and a warp vote, so neither side waits on a
-counter or a fence (the band below runs some 55-60 steps behind the band above, as estimated
-from the probes, the minimum being 32; see :func:`handoff`).  Blocks take a *ticket*
+(per step, or a group of ``G`` columns at a time from shared memory: see
+:func:`_build_handoff`): values are float64 bits in an int64 buffer pre-filled with a
+sentinel, read ``G`` columns at a time, one group ahead, with L2 reads and a warp vote, so
+neither side waits on a counter or a fence (the band below runs some 55-60 steps behind the
+band above, as estimated from the probes, the minimum being 32).  Blocks take a *ticket*
 from an atomic counter (the boundary buffer's last element) and derive their (band, pair) from
 it, so a block only ever waits for blocks that started before it: no deadlock whatever order
 the hardware schedules blocks in, and the CUDA simulator (which runs blocks one at a time)
@@ -56,9 +57,12 @@ cell, the soft-min *weights* of its three predecessors
 computed from *differences of neighbouring R values in float64*, and the backward is the pure
 linear recursion ``E[p] = sum_s E[s] p_s(p)`` over successors ``s``.  All DP arithmetic is
 float64 whatever the input dtype (Hopper runs float64 at half the float32 rate); only the stored
-weights take the input's precision (float32 weights have relative error 6e-8).  Fused squared
-distances are float64 dot products ``|x|^2 + |y|^2 - 2 x.y`` with float64 norms (computed in
-the kernel).
+weights take the input's precision (float32 weights have relative error 6e-8).  Costs take the
+input's precision too: a float32 cost (the caller's, or the fused path's float32 matmul) has
+rounding errors of ~1e-7 of ``|x|^2 + |y|^2``, which the weights see divided by gamma (at
+B = 4, N = 512, D = 64, randn: gradients within ~1e-5 of float64 for gamma down to 1e-4).
+The fused forward without gradients and the float64 park compute float64 dot products
+``|x|^2 + |y|^2 - 2 x.y`` with float64 norms.
 
 Memory
 ------
@@ -138,11 +142,7 @@ RING = 2 * TW  # ring of staged columns (two chunks)
 RING1 = RING + 1  # padded ring row (lanes' same-slot accesses in distinct banks)
 RMASK = uint32(RING - 1)
 G = 8  # boundary values handed between bands per group (TW a multiple; steps unrolled for 8)
-# Experiment switches (read once, at import): how boundary values are published ("flush": a
-# group at a time from shared memory; "step": a global store per step) and read ("atomic":
-# atomic add of 0; "relaxed": ld.relaxed.gpu).
-PUB_FLUSH = os.environ.get("SDTW_PUB", "flush") == "flush"
-POLL_RELAXED = os.environ.get("SDTW_POLL", "atomic") == "relaxed"
+
 INF = math.inf
 
 
@@ -309,11 +309,16 @@ _ld_relaxed = _ld_relaxed_sim if SIMULATED else _ld_relaxed_intrinsic()
 
 
 @_device
-def poll(hand, idx):
-    """The current value of ``hand[idx]`` as seen in L2 (never a stale L1 line)."""
-    if POLL_RELAXED:
-        return _ld_relaxed(hand, idx)
+def _poll_atomic(hand, idx):
+    """The current value of ``hand[idx]`` as seen in L2 (never a stale L1 line): an atomic
+    add of 0."""
     return cuda.atomic.add(hand, idx, 0)
+
+
+@_device
+def _poll_relaxed(hand, idx):
+    """The same by ``ld.relaxed.gpu`` (a load, no read-modify-write)."""
+    return _ld_relaxed(hand, idx)
 
 
 @_device
@@ -357,20 +362,8 @@ def _from_bits_sim(n):
     return np.int64(n).view(np.float64)
 
 
-@_device
-def _f32_bits_gpu(x):
-    return libdevice.float_as_int(x)
-
-
-def _f32_bits_sim(x):
-    import numpy as np
-
-    return np.float32(x).view(np.int32)
-
-
 as_bits = _bits_sim if SIMULATED else _bits_gpu
 from_bits = _from_bits_sim if SIMULATED else _from_bits_gpu
-f32_bits = _f32_bits_sim if SIMULATED else _f32_bits_gpu
 
 
 @_device
@@ -420,72 +413,83 @@ any_lane = _any_lane_sim if SIMULATED else _any_lane_gpu
 sync_band = _sync_band_sim if SIMULATED else _sync_band_gpu
 
 
-#: A band publishes its last row (the forward) or its top lane's hand-over (the backward) a
-#: group at a time: the columns ``col0 - FLUSH_LAG .. col0 - FLUSH_LAG + G - 1`` at the
-#: handoff of the group that starts at step ``col0``, all computed by then (the publishing lane
-#: is at most ``TB - 1`` steps behind lane 0).
+#: A *quiet* kernel (few blocks per SM: latency-bound) publishes its boundary values a group
+#: at a time: the columns ``col0 - FLUSH_LAG .. col0 - FLUSH_LAG + G - 1`` at the handoff of the
+#: group that starts at step ``col0``, all computed by then (the publishing lane is at most
+#: ``TB - 1`` steps behind lane 0).
 FLUSH_LAG = TB + G
 
 
-@_device
-def handoff(hand, row, col0, limit, pref, grp, empty, has, pubs, own, publishes, plag):
-    """Publish one group of this band's boundary values, take one group of the band before's
-    into ``grp``, and prefetch the next.
+def _build_handoff(busy: bool):
+    """``handoff`` and ``flush_rest`` for a *busy* (``busy``) or a *quiet* kernel.
 
-    Publishing: the publishing lane (``plag`` steps behind lane 0) keeps its values in the
-    shared ring ``pubs``, column ``j`` in slot ``(j + plag) % RING`` (its step's slot, a
-    constant offset within a group); after this call's first barrier, lanes ``0 .. G - 1``
-    write columns ``col0 - FLUSH_LAG + lane`` from there to the flat row ``own`` of ``hand``
-    (if ``publishes``), so the steps issue no global store.  A store per step (by one lane) had
-    the warp wait, about 11% of a single band's time, until the store had read its data
-    register, which the next steps reused (``ncu`` source-level stall sampling, long
-    scoreboard on that register; ``probe-dev.txt``, run 15); the group is published 2 steps
-    after its last value is computed, and the band below waits for whole groups anyway.
+    Publishing.  The publishing lane's steps keep their values in the shared ring ``pubs``
+    (column ``j`` in slot ``(j + plag) % RING``, ``plag`` being the lane's lag behind lane 0:
+    its step's slot).  Quiet, they are published from there a group at a time, by lanes
+    ``0 .. G - 1`` after the handoff's first barrier, so the steps issue no global store: with
+    one warp per scheduler, a store per step had the warp wait, about 11% of a single band's
+    time, until the store had read its data register, which the next steps reused.  Busy (two
+    or more warps per scheduler, which hide that wait), each step stores its value itself: the
+    band below gets it up to 2 steps sooner, and the per-group flush's instructions are saved.
 
-    Taking:
-
-    lanes ``0 .. G - 1`` hold in ``pref`` the bits of columns ``col0 + lane`` of the boundary
-    row that starts at flat index ``row`` of ``hand`` (read one group earlier; columns
-    ``>= limit`` do not exist and read as ``empty``, and so does the whole group unless ``has``:
-    a band at the table's edge calls this too, with ``row`` any valid row, so that the calls
-    need no branch; see below).  Wait until all are written (re-reading
-    the missing ones), store them in the shared array ``grp`` for the group's steps, and
-    return the bits of each lane's column in the next group, read now so that the read's
-    latency overlaps this group's steps.  The prefetch is issued after the last barrier, which
-    therefore never waits for it, and by every lane, without a branch: lanes ``>= G`` read
-    columns further on and columns past the row read its padding column ``limit`` (both
-    ignored).  Issued under ``if``, the read's result was moved into ``pref``'s register inside
-    the branch, so the warp waited for the L2 round trip right there, once per group: about 20%
-    of a band's time (``probe-dev.txt``, runs 12-13: the forward of 2 bands x 8192 columns went
-    from 1.62 to 1.15 ms).  A value carried around a loop can get the same move, so the kernels
-    call this four times per chunk in straight-line code, the result of one call going to the
-    next (in the sm_90 code the reads are then followed by independent instructions).
+    Reading.  Quiet: an atomic add of 0; busy: ``ld.relaxed.gpu``.  Both are served by L2.
+    Measured on the H200 (``probe-dev.txt``, run 16, kernel times per training step at B = 32,
+    N = 1024, and the forward at B = 1, N = 1024): busy with per-step stores and relaxed loads
+    gave forward 737 / backward 461 us against 801 / 584 quiet-style; at B = 1 the quiet style
+    gave 0.43-0.45 ms against 0.56-0.57.
     """
-    tid = cuda.threadIdx.x
-    col = col0 + tid
-    mine = has & (tid < G) & (col < limit)
-    while any_lane(mine & (pref == SENTINEL)):
-        if mine & (pref == SENTINEL):
-            pref = poll(hand, row + col)
-    sync_band()  # every lane is done with the previous group (and its ``pubs`` stores)
-    fc = col0 - FLUSH_LAG + tid
-    if PUB_FLUSH and publishes and tid < G and below(fc, limit):
-        hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
-    if tid < G:
-        grp[tid] = from_bits(pref) if mine else empty
-    sync_band()
-    return poll(hand, row + min(col + G, limit))
+    poll = _poll_relaxed if busy else _poll_atomic
+    flush = not busy
 
+    @_device
+    def handoff(hand, row, col0, limit, pref, grp, empty, has, pubs, own, publishes, plag):
+        """Publish one group of this band's boundary values (quiet), take one group of the
+        band before's into ``grp``, and prefetch the next.
 
-@_device
-def flush_rest(hand, pubs, own, send, limit, publishes, plag):
-    """After the last step (``send`` steps in all): publish the columns that no handoff did,
-    ``send - FLUSH_LAG ..`` (at most ``TB - 1 + FLUSH_LAG - TW`` of them: ``send >= limit +
-    TB - 1``)."""
-    sync_band()
-    fc = send - FLUSH_LAG + cuda.threadIdx.x
-    if PUB_FLUSH and publishes and below(fc, limit):
-        hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
+        Lanes ``0 .. G - 1`` hold in ``pref`` the bits of columns ``col0 + lane`` of the
+        boundary row that starts at flat index ``row`` of ``hand`` (read one group earlier;
+        columns ``>= limit`` do not exist and read as ``empty``, and so does the whole group
+        unless ``has``: a band at the table's edge calls this too, with ``row`` any valid row,
+        so that the calls need no branch; see below).  Wait until all are written (re-reading
+        the missing ones), store them in the shared array ``grp`` for the group's steps, and
+        return the bits of each lane's column in the next group, read now so that the read's
+        latency overlaps this group's steps.  The prefetch is issued after the last barrier,
+        which therefore never waits for it, and by every lane, without a branch: lanes
+        ``>= G`` read columns further on and columns past the row read its padding column
+        ``limit`` (both ignored).  Issued under ``if``, the read's result was moved into
+        ``pref``'s register inside the branch, so the warp waited for the L2 round trip right
+        there, once per group: about 20% of a band's time (``probe-dev.txt``, runs 12-13: the
+        forward of 2 bands x 8192 columns went from 1.62 to 1.15 ms).  A value carried around
+        a loop can get the same move, so the kernels call this four times per chunk in
+        straight-line code, the result of one call going to the next (in the sm_90 code the
+        reads are then followed by independent instructions).
+        """
+        tid = cuda.threadIdx.x
+        col = col0 + tid
+        mine = has & (tid < G) & (col < limit)
+        while any_lane(mine & (pref == SENTINEL)):
+            if mine & (pref == SENTINEL):
+                pref = poll(hand, row + col)
+        sync_band()  # every lane is done with the previous group (and its ``pubs`` stores)
+        fc = col0 - FLUSH_LAG + tid
+        if flush and publishes and tid < G and below(fc, limit):
+            hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
+        if tid < G:
+            grp[tid] = from_bits(pref) if mine else empty
+        sync_band()
+        return poll(hand, row + min(col + G, limit))
+
+    @_device
+    def flush_rest(hand, pubs, own, send, limit, publishes, plag):
+        """Quiet: after the last step (``send`` steps in all), publish the columns that no
+        handoff did, ``send - FLUSH_LAG ..`` (at most ``TB - 1 + FLUSH_LAG - TW`` of them:
+        ``send >= limit + TB - 1``)."""
+        sync_band()
+        fc = send - FLUSH_LAG + cuda.threadIdx.x
+        if flush and publishes and below(fc, limit):
+            hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
+
+    return handoff, flush_rest
 
 
 @_device
@@ -571,19 +575,12 @@ def _put16(sh, dd, rh, v, first, lim, d_ok):
         sh[dd, rh + 2 * q] = float64(v[q]) if (d_ok and first + 2 * q <= lim) else 0.0
 
 
-@_device
-def _join1(h, lo):
-    """The float64 whose bits are the 32-bit words ``h`` (high) and ``lo`` (low): no
-    instruction, the two words are the two halves of a register pair."""
-    return from_bits((int64(h) << 32) | (int64(lo) & 0xFFFFFFFF))
-
-
 #: Where the forward kernel gets its costs (a compile-time constant of each kernel).
-COST, FUSED, SPLIT = "cost", "fused", "split"
+COST, FUSED, SPLIT, PLANE = "cost", "fused", "split", "plane"
 
 
-def _build_forward(mode: str, fast: bool):
-    """Forward kernel; ``mode`` and ``fast`` are compile-time constants (closure).
+def _build_forward(mode: str, fast: bool, busy: bool):
+    """Forward kernel; ``mode``, ``fast`` and ``busy`` are compile-time constants (closure).
 
     ``mode``:
 
@@ -591,31 +588,34 @@ def _build_forward(mode: str, fast: bool):
     * ``"fused"``: ``X`` (B, N, D), ``Y`` (B, M, D); the kernel computes the squared distances
       itself (float64 dot products of staged features), so it needs no (N, M) buffer at all:
       the no-gradient fused forward.
-    * ``"split"``: ``X`` is the weights buffer ``P`` (B, 2, N, M) itself, holding in its two
-      planes each cell's float64 squared distance (written by the park kernel,
-      :func:`_build_park`): with ``fast``, ``X`` is P's int32 view and the planes hold the
-      high and low 32-bit words of the distance's bits (joined without a conversion);
-      otherwise P is float64 and plane 0 holds the distance, plane 1 zero.  A band reads its
-      cells' distances before it writes the same cells' weights over them, so the distances
-      take no memory beyond ``P``: the fused forward with gradients, whose distances the park
-      kernel computed.
+    * ``"split"`` (float64 only): ``X`` is the float64 weights buffer ``P`` (B, 2, N, M)
+      itself, plane 0 holding each cell's float64 squared distance (written by the park
+      kernel, :func:`_build_park`; plane 1 zero).
+    * ``"plane"`` (float32 only): ``X`` is the float32 weights buffer ``P`` itself, plane 1
+      holding each cell's squared distance (a float32 batched matmul, see
+      :func:`sdtw.cuda._launch.forward`); the weights are written through ``X`` (the
+      launcher passes placeholders for ``P`` and ``Y``: no two arguments alias, which the
+      simulator, copying each argument in and back out in turn, requires).
+
+    In both last modes a band reads its cells' distances before it writes the same cells'
+    weights over them, so the distances take no memory beyond ``P``: the fused forward with
+    gradients.
 
     ``fast`` selects float32 transcendentals (:func:`_softmin3_fast`), used for float32
-    inputs; float64 inputs get float64 throughout.
+    inputs; float64 inputs get float64 throughout.  ``busy`` selects the boundary-row style
+    of a launch with two or more blocks per SM scheduler (see :func:`_build_handoff`).
     """
+    assert not (mode == SPLIT and fast) and not (mode == PLANE and not fast)
     fused = mode == FUSED
     split = mode == SPLIT
+    plane = mode == PLANE
     softmin3 = _softmin3_fast if fast else _softmin3
+    handoff, flush_rest = _build_handoff(busy)
+    poll = _poll_relaxed if busy else _poll_atomic
     # The staged block holds the cost and then the weights.  float32 suffices when both are
     # float32 anyway (float32 cost, float32 weights): half the shared memory, so twice the
-    # resident blocks per SM.  Fused distances are float64: the float64 block.  Split with
-    # float32 weights (``words``): two int32 planes, the distance's high and low words as P
-    # holds them (joined in the step without a conversion), then p_diag's float32 bits in
-    # plane 0, written out through P's int32 view ``X``: no float64 <-> float32 conversion of
-    # the distance or of p_diag.
-    words = split and fast
-    blk_t = float32 if (fast and mode == COST) else (int32 if words else float64)
-    planes = 2 if words else 1
+    # resident blocks per SM.  Fused distances are float64: the float64 block.
+    blk_t = float32 if (fast and mode in (COST, PLANE)) else float64
     w_t = float32 if fast else float64  # the upper weights' own block (half size when fast)
     zero = blk_t(0)
 
@@ -630,8 +630,6 @@ def _build_forward(mode: str, fast: bool):
         r_diag, r_left, up_next = st
         if fused:
             cost = blk[0, tid, sl]  # already scaled
-        elif words:
-            cost = _join1(blk[0, tid, sl], blk[1, tid, sl]) * scale
         else:
             cost = float64(blk[0, tid, sl]) * scale
         m2 = _min2(r_diag, r_left)  # off the chain: known a step early
@@ -640,29 +638,23 @@ def _build_forward(mode: str, fast: bool):
         rv, pd, pu = softmin3(r_diag, r_left, m2, mm2, up, cost)
         ok = below(s - lead, width)
         r = rv if ok else INF
-        if words:
-            blk[0, tid, sl] = f32_bits(pd) if ok else zero
-        else:
-            blk[0, tid, sl] = blk_t(pd) if ok else zero
+        blk[0, tid, sl] = blk_t(pd) if ok else zero
         wup[tid, sl] = w_t(pu) if ok else w_t(0.0)
         if pub:
             pubs, hand, own, plag, M = pb
-            pubs[sl] = r  # (this lane's column s - tid; flushed by column, see handoff)
-            if not PUB_FLUSH:
+            pubs[sl] = r  # (this lane's column s - tid; see _build_handoff)
+            if busy:
                 if below(s - plag, M):
                     hand[uint64(own + s - plag)] = as_bits(r)
         return up, r, from_prev_lane(r, xch, s & 1)
 
     @_device
     def write_w(X, P, blk, wup, b, i, j, r, sl):
-        """Write cell (i, j)'s weights (row ``r`` of the band, ring slot ``sl``) to ``P``; with
-        ``words`` as float32 bits through ``X``, P's int32 view, which is then the only array
-        this kernel reads or writes P through (the launcher passes placeholders for ``P`` and
-        ``Y``: no two arguments alias, which the simulator, copying each argument in and back
-        out in turn, requires)."""
-        if words:
+        """Write cell (i, j)'s weights (row ``r`` of the band, ring slot ``sl``) to ``P``
+        (mode ``plane``: through ``X``, which is P)."""
+        if plane:
             X[b, 0, i, j] = blk[0, r, sl]
-            X[b, 1, i, j] = f32_bits(wup[r, sl])
+            X[b, 1, i, j] = wup[r, sl]
         else:
             P[b, 0, i, j] = blk[0, r, sl]
             P[b, 1, i, j] = wup[r, sl]
@@ -721,7 +713,7 @@ def _build_forward(mode: str, fast: bool):
 
         cost:  X = cost (B, N, M), Y unused.
         fused: X (B, N, D), Y (B, M, D); the squared norms are computed here (float64).
-        split: X = P holding the distances (see :func:`_build_forward`), Y unused.
+        split, plane: X = P holding the distances (see :func:`_build_forward`), Y unused.
         P (B, 2, N, M) weights (written iff ``store``), Rb int64 boundary rows (B, nb, M + 1)
         flattened, plus one element, the ticket counter (float64 bits / counter, all
         pre-filled with ``SENTINEL``), out (B,) loss (any float dtype).
@@ -752,7 +744,7 @@ def _build_forward(mode: str, fast: bool):
         # row N - 1, is where the loss is read at the end).
         plag = min(TB - 1, N - 1 - i0)  # the lane of the band's last row publishes it
         pub = tid == plag
-        blk = cuda.shared.array((planes, TB, RING1), blk_t)  # cost, then p_diag
+        blk = cuda.shared.array((1, TB, RING1), blk_t)  # cost, then p_diag
         wup = cuda.shared.array((TB, RING1), w_t)  # p_up
         grp = cuda.shared.array(G, float64)
         pubs = cuda.shared.array(RING, float64)  # the band's last row, until published
@@ -797,16 +789,14 @@ def _build_forward(mode: str, fast: bool):
             distances(acc, yy, xn, blk, i0, N, M, tid, scale)
         else:
             if split:
-                Xb = X[b, 0]  # this pair's distances (float32 P: their high words)
-                Xl = X[b, 1]  # (float32 P: their low words; float64 P: zero, not read)
+                Xb = X[b, 0]  # this pair's distances
+            elif plane:
+                Xb = X[b, 1]
             else:
                 Xb = X[b]  # this pair's (N, M) cost
-                Xl = Xb
             Yb = Xb
             jn = min(tid, M - 1)
             a = _col32(Xb, i0, N, jn)
-            if words:
-                a_lo = _col32(Xl, i0, N, jn)
         for c in range(nchunks):
             j0 = c * TW
             jl = j0 + tid  # the column this thread stages
@@ -814,17 +804,11 @@ def _build_forward(mode: str, fast: bool):
             if not fused:
                 # The registers hold chunk c (loaded one chunk ago): into the ring, then load
                 # chunk c + 1, in flight during this chunk's steps (clamped, harmless past M).
-                # (split: chunk c's distances were read one chunk ago; its weights go over
-                # them one chunk from now, by this block: read before write, same cells.)
-                if words:  # the two words as they are (the step joins them)
-                    _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
-                    _put32(blk, 1, a_lo, i0, N, jl < M, jl, 1, zero)
-                else:  # (the parked distances are clamped at 0 already)
-                    _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
+                # (split, plane: chunk c's distances were read one chunk ago; its weights go
+                # over them one chunk from now, by this block: read before write, same cells.)
+                _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
                 jn = min(jl + TW, M - 1)
                 a = _col32(Xb, i0, N, jn)
-                if words:
-                    a_lo = _col32(Xl, i0, N, jn)
             sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
             pref = handoff(Rb, above, j0, M, pref, grp, INF, has, pubs, own, True, plag)
@@ -870,9 +854,12 @@ def _build_forward(mode: str, fast: bool):
     return forward
 
 
-def _build_backward(fast: bool):
-    """Backward kernel; ``fast`` (float32 weights) stages them in a float32 block."""
+def _build_backward(fast: bool, busy: bool):
+    """Backward kernel; ``fast`` (float32 weights) stages them in a float32 block; ``busy`` as
+    in :func:`_build_forward`."""
     blk_t = float32 if fast else float64
+    handoff, flush_rest = _build_handoff(busy)
+    poll = _poll_relaxed if busy else _poll_atomic
 
     @_device
     def write_e(P, blk, sums, b, i0, N, M, pp, want_sums):
@@ -910,7 +897,7 @@ def _build_backward(fast: bool):
         if pub:
             pubs, hand, own, _, M = pb
             pubs[sl] = v
-            if not PUB_FLUSH:
+            if busy:
                 if below(p, M):
                     hand[uint64(own + p)] = as_bits(v)
         return e_left, e * pd, from_next_lane(v, xch, s & 1), rs + e
@@ -1028,16 +1015,15 @@ def _build_backward(fast: bool):
 
 # Parking the fused distances (the fused forward with gradients)
 # ------------------------------------------------------------------
-# ``park`` fills ``P`` (B, 2, N, M) with each cell's float64 squared distance
-# ``|x_i|^2 + |y_j|^2 - 2 x_i.y_j`` for the ``split`` forward: a float32 P gets the high and
-# the low 32-bit word of the distance's bits in its two planes (the split forward joins them
-# without a conversion instruction), a float64 P the distance and zero.  The dot products run
+# ``park`` fills plane 0 of a float64 ``P`` (B, 2, N, M) with each cell's squared distance
+# ``max(|x_i|^2 + |y_j|^2 - 2 x_i.y_j, 0)`` for the ``split`` forward (float64 inputs; float32
+# inputs get theirs from a float32 batched matmul, mode ``plane``).  The dot products run
 # on the float64 tensor cores (``mma.sync.m8n8k4.f64``: IEEE float64 fused multiply-adds): a
 # block of 4 warps computes a PS x PS tile, each warp a 32 x 32 quarter as 4 x 4 tiles of
 # 8 x 8, with PK features of the tile's rows and columns staged in shared memory per pass (the
 # next pass's loaded into registers meanwhile); per 4 features a warp loads 8 fragments (one
 # float64 per lane each) and issues 16 mma.  The squared norms are summed from the same staged
-# features.  The tile goes out through shared memory, one plane at a time, as whole rows
+# features.  The tile goes out through shared memory, half a tile at a time, as whole rows
 # (coalesced).  Shared-memory indices are unsigned 32-bit and P is written through a flat
 # view, so that no 64-bit index arithmetic sits in the loops.  One launch, no buffer besides
 # ``P``.
@@ -1150,28 +1136,20 @@ def _park_store(S, v, base, ok):
     S[base + uint32(56)] = float64(v[7]) if ok else 0.0
 
 
-def _build_park(fast: bool):
-    """Park kernel; ``fast``: P is float32 and is written through its int32 view, plane 0 the
-    high and plane 1 the low 32-bit word of each distance's float64 bits; otherwise P is
-    float64, plane 0 the distance and plane 1 zero."""
-    out_t = int32 if fast else float64
+def _build_park():
+    """Park kernel (float64 P)."""
 
     @_device
-    def put_half(O, acc, nrm, ra, cb, lo_part):
-        """The lane's 32 values of one plane (``hi`` or, with ``lo_part``, ``lo``) into the
-        half-tile ``O`` (32 x PS1, row-major; ``ra`` is the lane's row in it)."""
+    def put_half(O, acc, nrm, ra, cb):
+        """The lane's 32 distances into the half-tile ``O`` (32 x PS1, row-major; ``ra`` is
+        the lane's row in it)."""
         for a in range(4):
             il = ra + uint32(8 * a)
             for c in range(4):
                 for e in range(2):
                     jl = cb + uint32(8 * c + e)
                     v = max((nrm[il] + nrm[uint32(PS) + jl]) - 2.0 * acc[a, c, e], 0.0)
-                    o = (il & uint32(31)) * uint32(PS1) + jl
-                    if fast:
-                        bits = as_bits(v)
-                        O[o] = int32(bits & 0xFFFFFFFF) if lo_part else int32(bits >> 32)
-                    else:
-                        O[o] = 0.0 if lo_part else v
+                    O[(il & uint32(31)) * uint32(PS1) + jl] = v
 
     @_device
     def write_half(Pf, O, base, M, rows, col_ok, t):
@@ -1188,11 +1166,11 @@ def _build_park(fast: bool):
                 dst += 2 * M
 
     @_device
-    def epilogue(Pf, O, acc, nrm, ra, cb, base, M, rows, col_ok, t, w, lo_part):
-        """One plane of the tile out through ``O``, 32 rows (two warps' quarters) at a time."""
+    def epilogue(Pf, O, acc, nrm, ra, cb, base, M, rows, col_ok, t, w):
+        """The tile out through ``O``, 32 rows (two warps' quarters) at a time."""
         for half in range(2):
             if (w >> 1) == half:
-                put_half(O, acc, nrm, ra, cb, lo_part)
+                put_half(O, acc, nrm, ra, cb)
             cuda.syncthreads()
             r_half = uint32(min(max(rows - 32 * half, 0), 32))
             write_half(Pf, O, base + 32 * half * M, M, r_half, col_ok, t)
@@ -1200,9 +1178,9 @@ def _build_park(fast: bool):
 
     @_kernel
     def park(X, Y, Pf, N, M):
-        """X (B, N, D), Y (B, M, D) -> P[:, 0] + P[:, 1] = squared distances (float64 math),
-        with ``Pf`` the flat view of P (B, 2, N, M); one block per (pair, row tile, column
-        tile), ``B * nti * ntj`` blocks."""
+        """X (B, N, D), Y (B, M, D) -> P[:, 0] = squared distances (float64), with ``Pf`` the
+        flat view of P (B, 2, N, M); one block per (pair, row tile, column tile),
+        ``B * nti * ntj`` blocks."""
         D = X.shape[2]
         nti = (N + PS - 1) // PS
         ntj = (M + PS - 1) // PS
@@ -1221,7 +1199,7 @@ def _build_park(fast: bool):
         # staging: rows' features at [k PKP + r], columns' at [PSX + k PKP + c]
         S = cuda.shared.array(PSTAGE, float64)
         nrm = cuda.shared.array(PARK_THREADS, float64)  # rows' |x|^2, then columns' |y|^2
-        O = cuda.shared.array(POUT, out_t)  # the output tile, a plane's half at a time
+        O = cuda.shared.array(POUT, float64)  # the output tile, half at a time
         acc = cuda.local.array((4, 4, 2), float64)  # (row tile, column tile, lane's pair)
         for a in range(4):
             for c in range(4):
@@ -1274,15 +1252,17 @@ def _build_park(fast: bool):
         rows = min(PS, N - i0)
         col_ok = j0 + (t & uint32(PS - 1)) < M
         base = ((2 * b) * N + i0) * M + j0 + (t & uint32(PS - 1))
-        epilogue(Pf, O, acc, nrm, ra, cb, base, M, rows, col_ok, t, w, False)
-        epilogue(Pf, O, acc, nrm, ra, cb, base + N * M, M, rows, col_ok, t, w, True)
+        epilogue(Pf, O, acc, nrm, ra, cb, base, M, rows, col_ok, t, w)
 
     return park
 
 
-#: forward kernels by (mode, fast)
-FORWARD = {(m, q): _build_forward(m, q) for m in (COST, FUSED, SPLIT) for q in (False, True)}
-#: backward kernels by fast (float32 weights)
-BACKWARD = {q: _build_backward(q) for q in (False, True)}
-#: park kernels by fast (float32 P)
-PARK = {q: _build_park(q) for q in (False, True)}
+#: Kernels by (mode, float32, busy) and (float32, busy); compiled on first use.
+_FORWARD_KINDS = ((COST, False), (COST, True), (FUSED, False), (FUSED, True))
+FORWARD = {
+    (m, q, busy): _build_forward(m, q, busy)
+    for m, q in (*_FORWARD_KINDS, (SPLIT, False), (PLANE, True))
+    for busy in (False, True)
+}
+BACKWARD = {(q, busy): _build_backward(q, busy) for q in (False, True) for busy in (False, True)}
+PARK = _build_park()

@@ -28,7 +28,27 @@ launch_counts: Counter = Counter()
 
 _streams: dict[int, object] = {}
 
-_F32DIST = os.environ.get("SDTW_FUSED_F32DIST", "0") == "1"
+#: Force the *busy* (True) or *quiet* (False) kernel variants (tests); None: by occupancy.
+FORCE_BUSY: bool | None = None
+_sm_counts: dict[int, int] = {}
+
+
+def busy(blocks: int, device: torch.device) -> bool:
+    """Whether a launch of ``blocks`` one-warp blocks keeps each SM scheduler busy with one
+    warp or more (``blocks >= 4 x SMs``): then the kernels' *busy* variant (boundary values
+    stored per step, read by plain L2 loads) beat the *quiet* one (published a group at a time
+    from shared memory, read by atomics) on the H200 at B = 32, N = 1024 (1024 blocks), and
+    the quiet one won at B = 1 (32 blocks); see :func:`sdtw.cuda._kernels._build_handoff`.
+    The threshold between those two measurements is a guess."""
+    if FORCE_BUSY is not None:
+        return FORCE_BUSY
+    if K.SIMULATED:
+        return False
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    n = _sm_counts.get(idx)
+    if n is None:
+        n = _sm_counts[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return blocks >= 4 * n
 
 
 def _arr(t: torch.Tensor):
@@ -202,7 +222,7 @@ def forward(
     hi: int,
     store: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run the forward kernel (and, fused with ``store``, the park kernel before it).
+    """Run the forward kernel (and, fused with ``store``, the distances into ``P`` before it).
 
     Parameters
     ----------
@@ -214,10 +234,12 @@ def forward(
     -------
     values (B,) in ``a``'s dtype, and ``P`` or None.
 
-    Fused with ``store``, the squared distances are first parked in ``P`` (float64; in a
-    float32 P as their two 32-bit words, written and read through P's int32 view;
-    :func:`sdtw.cuda._kernels._build_park`) and the forward reads them from
-    there, overwriting each cell with its weights: two launches and no buffer besides ``P``.
+    Fused with ``store``, the squared distances are first put in ``P`` and the forward reads
+    them from there, overwriting each cell with its weights: no buffer besides ``P``.  For
+    float32 inputs they are a float32 batched matmul of augmented features written into
+    P's plane 1 (:func:`sdtw._sqeuclidean.sqeuclidean`; cuBLAS, not a Numba launch), the
+    same rounding as the unfused path's float32 cost; for float64 inputs, float64 distances
+    from the park kernel (:func:`sdtw.cuda._kernels._build_park`) in plane 0.
     Fused without ``store``, the forward computes the distances itself (one launch, no
     (N, M) buffer at all, but slower: the dot products sit in the DP's warps).
     """
@@ -238,25 +260,20 @@ def forward(
     mode = K.COST
     src, src2 = a, a  # the kernel's X and Y (Y unused unless fused)
     p_arg = P
-    if fused and store and fast and _F32DIST:
-        # (experiment) float32 distances by one batched matmul into P's plane 1, then the
-        # cost forward reads them there and writes the weights over them
-        plane = P[:, 1]
-        sqeuclidean(a, y, out=plane)
-        src, src2 = plane, _placeholder((1, 1, 1), a.dtype, dev)
-    elif fused and store:
-        tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
-        words = P.view(torch.int32) if fast else P  # float32 P: the distances' 32-bit words
-        _launcher(K.PARK[fast])(tiles, K.PARK_THREADS, streams, a, y, words.view(-1), N, M)
-        launch_counts["forward"] += 1
-        mode, src = K.SPLIT, words
-        src2 = _placeholder((1, 1, 1, 1), words.dtype, dev)  # Y: unused in split mode
-        if fast:  # the kernel reads and writes P through ``words`` only: no aliased arguments
-            p_arg = _placeholder((1, 2, 1, 1), sdt, dev)
+    if fused and store:
+        if fast:  # float32 distances into plane 1; the kernel reads and writes P through X
+            sqeuclidean(a, y, out=P[:, 1], clamp=False)
+            mode, src, p_arg = K.PLANE, P, _placeholder((1, 2, 1, 1), sdt, dev)
+        else:  # float64 distances parked in plane 0
+            tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
+            _launcher(K.PARK)(tiles, K.PARK_THREADS, streams, a, y, P.view(-1), N, M)
+            launch_counts["forward"] += 1
+            mode, src = K.SPLIT, P
+        src2 = _placeholder((1, 1, 1, 1), sdt, dev)  # Y: unused
     elif fused:
         mode, src2 = K.FUSED, y
     Rb = _boundary(B, nb, M, dev)
-    _launcher(K.FORWARD[mode, fast])(
+    _launcher(K.FORWARD[mode, fast, busy(B * nb, dev)])(
         B * nb,
         K.TB,
         streams,
@@ -293,6 +310,7 @@ def backward(
         S = torch.zeros((B, N + M), dtype=P.dtype, device=dev)
     else:
         S = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums`` tells the kernel: none
-    _launcher(K.BACKWARD[P.dtype == torch.float32])(B * nb, K.TB, _stream(dev), P, N, M, g, Gb, S)
+    kern = K.BACKWARD[P.dtype == torch.float32, busy(B * nb, dev)]
+    _launcher(kern)(B * nb, K.TB, _stream(dev), P, N, M, g, Gb, S)
     launch_counts["backward"] += 1
     return P[:, 1], (S if sums else None)
