@@ -67,12 +67,12 @@ def resolve_backend(backend: str, device: torch.device) -> str:
 
 
 class _SqEuclidean(torch.autograd.Function):
-    """Squared Euclidean cost (B, N, M) of x (B, N, D) and y (B, M, D): two passes over the
+    """Squared Euclidean cost (B, N, M) of x (B, N, D) and y (B, M, D): three passes over the
     (B, N, M) tensor forward and two backward, against about eight for the same formula in
     plain autograd ops.
 
-    Forward: one batched matmul of the augmented features ``[x, |x|^2, 1]`` and
-    ``[-2 y, 1, |y|^2]`` (zero-padded to a multiple of 4), clamped at 0 in place.  Backward,
+    Forward: :func:`sdtw._sqeuclidean.sqeuclidean` (the norms' broadcast sum, then an
+    in-place batched matmul adding ``-2 x y^T``), clamped at 0.  Backward,
     for an upstream ``G`` (B, N, M): ``grad_x = 2 (rowsum(G) x - G y)`` and
     ``grad_y = 2 (colsum(G) y - G^T x)``, two reductions and two batched matmuls; nothing of
     size (B, N, M) is saved.  This is the gradient of ``|x_i - y_j|^2`` itself: where the

@@ -236,8 +236,8 @@ def forward(
 
     Fused with ``store``, the squared distances are first put in ``P`` and the forward reads
     them from there, overwriting each cell with its weights: no buffer besides ``P``.  For
-    float32 inputs they are a float32 batched matmul of augmented features written into
-    P's plane 1 (:func:`sdtw._sqeuclidean.sqeuclidean`; cuBLAS, not a Numba launch), the
+    float32 inputs they are written into P's plane 1 by a broadcast add and a float32
+    batched matmul (:func:`sdtw._sqeuclidean.sqeuclidean`; cuBLAS, not a Numba launch), the
     same rounding as the unfused path's float32 cost; for float64 inputs, float64 distances
     from the park kernel (:func:`sdtw.cuda._kernels._build_park`) in plane 0.
     Fused without ``store``, the forward computes the distances itself (one launch, no
