@@ -426,17 +426,19 @@ def _build_handoff(busy: bool):
     Publishing.  The publishing lane's steps keep their values in the shared ring ``pubs``
     (column ``j`` in slot ``(j + plag) % RING``, ``plag`` being the lane's lag behind lane 0:
     its step's slot).  Quiet, they are published from there a group at a time, by lanes
-    ``0 .. G - 1`` after the handoff's first barrier, so the steps issue no global store: with
-    one warp per scheduler, a store per step had the warp wait, about 11% of a single band's
-    time, until the store had read its data register, which the next steps reused.  Busy (two
-    or more warps per scheduler, which hide that wait), each step stores its value itself: the
-    band below gets it up to 2 steps sooner, and the per-group flush's instructions are saved.
+    ``0 .. G - 1`` after the handoff's first barrier, so the steps issue no global store.
+    Busy, each step stores its value itself as well: the band below can see it up to 2 steps
+    sooner, and the per-group flush's instructions are saved.
 
     Reading.  Quiet: an atomic add of 0; busy: ``ld.relaxed.gpu``.  Both are served by L2.
-    Measured on the H200 (``probe-dev.txt``, run 16, kernel times per training step at B = 32,
-    N = 1024, and the forward at B = 1, N = 1024): busy with per-step stores and relaxed loads
-    gave forward 737 / backward 461 us against 801 / 584 quiet-style; at B = 1 the quiet style
-    gave 0.43-0.45 ms against 0.56-0.57.
+
+    Measured on the H200 (``probe-dev.txt``, run 16; kernel times per training step at
+    B = 32, N = 1024, i.e. 1024 blocks, and forwards at B = 1): at B = 32 per-step stores with
+    relaxed loads gave forward 737 / backward 461 us, the group flush with atomics 801 / 584;
+    at B = 1 the group flush with atomics gave 0.43-0.45 ms at N = 1024 (against 0.56-0.57)
+    and 1.21 ms for one band of 8192 columns (against 1.32-1.45 with per-step stores).  (ncu
+    had put 11% of one band's stall samples on long-scoreboard waits at 4 places per chunk,
+    on the registers of the per-step store or of the prefetched read: run 15.)
     """
     poll = _poll_relaxed if busy else _poll_atomic
     flush = not busy
