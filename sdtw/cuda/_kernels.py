@@ -628,6 +628,9 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         ``st`` = (r_diag, r_left, up_next): R of the diagonal and left neighbours and what the
         lane above shuffled down last step; ``top`` is the row above the band at this column
         (lane 0's upper neighbour).  Branch-free: invalid cells select +inf and zero weights.
+        ``pub``: this lane publishes its R for the band below (the band's last row), through
+        ``pb`` = (shared ring, boundary buffer, its row, the lane's lag ``plag``, M); see
+        :func:`_build_handoff`.
         """
         r_diag, r_left, up_next = st
         if fused:
@@ -885,6 +888,7 @@ def _build_backward(fast: bool, busy: bool):
         ``st`` = (e_left, d_prev, inc_next, rs): the "from the right" term, this lane's previous
         ``E p_diag``, what the lane below shuffled up last step, and the row's sum of E so far;
         ``bot`` is what the band below hands over at this position (the last lane's ``inc``).
+        ``pub``, ``pb``: as in the forward (lane 0 hands ``v`` to the band above).
         """
         e_left, d_prev, inc_next, rs = st
         inc = bot if tid == TB - 1 else inc_next
