@@ -31,3 +31,24 @@ def sqeuclidean(
         out = torch.add(xx[:, :, None], yy[:, None, :], out=out)
         out.baddbmm_(x, y.transpose(1, 2), alpha=-2.0)
         return out.clamp_min_(0.0) if clamp else out
+
+
+def sqeuclidean_grads(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    g: torch.Tensor,
+    rows: torch.Tensor | None,
+    cols: torch.Tensor | None,
+    need_x: bool = True,
+    need_y: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Gradients of ``sum_ij g_ij |x_i - y_j|^2`` for an upstream ``g`` (B, N, M) with row sums
+    ``rows`` (B, N) and column sums ``cols`` (B, M): ``2 (rows x - g y)`` and
+    ``2 (cols y - g^T x)``, one batched matmul each and no (B, N, M) temporary (None where not
+    needed).  Written in differentiable ops."""
+    gx = gy = None
+    if need_x:
+        gx = torch.baddbmm(x * rows[:, :, None], g, y, beta=2.0, alpha=-2.0)
+    if need_y:
+        gy = torch.baddbmm(y * cols[:, :, None], g.transpose(1, 2), x, beta=2.0, alpha=-2.0)
+    return gx, gy

@@ -10,8 +10,8 @@ sequences, with the weights normalised to sum to one:
 
 All K objectives are evaluated together: every (group, sequence) pair of one length goes into
 one batched :func:`sdtw.softdtw` call (``Z`` is gathered per pair), so an iteration costs one
-forward pass (one launch; two when fused, see :mod:`sdtw.cuda`) and one backward launch per
-*distinct input length*, never a padded sequence.  The
+forward pass (one Numba launch; two when fused with float64 inputs, see :mod:`sdtw.cuda`)
+and one backward launch per *distinct input length*, never a padded sequence.  The
 objectives are separable, so ``sum_k F_k`` has gradient ``dF_k / dZ_k`` in block ``k``; Adam
 is element-wise and clipping and early stopping are applied per group, so K groups in one call
 give the same barycenters as K separate calls.

@@ -25,7 +25,7 @@ import torch
 
 from sdtw import _validation as V
 from sdtw._band import band_offsets
-from sdtw._sqeuclidean import sqeuclidean
+from sdtw._sqeuclidean import sqeuclidean, sqeuclidean_grads
 from sdtw.cpu import CPUSoftDTW
 from sdtw.reference import softdtw_reference
 
@@ -89,14 +89,10 @@ class _SqEuclidean(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: torch.Tensor):
         x, y = ctx.saved_tensors
-        gx = gy = None
-        if ctx.needs_input_grad[0]:
-            gx = torch.baddbmm(x * g.sum(2, keepdim=True), g, y, beta=2.0, alpha=-2.0)
-        if ctx.needs_input_grad[1]:
-            gy = torch.baddbmm(
-                y * g.sum(1).unsqueeze(-1), g.transpose(1, 2), x, beta=2.0, alpha=-2.0
-            )
-        return gx, gy
+        need_x, need_y = ctx.needs_input_grad[:2]
+        rows = g.sum(2) if need_x else None
+        cols = g.sum(1) if need_y else None
+        return sqeuclidean_grads(x, y, g, rows, cols, need_x, need_y)
 
 
 def pairwise_cost(x: torch.Tensor, y: torch.Tensor, dist: str | Callable) -> torch.Tensor:

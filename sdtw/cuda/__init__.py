@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import torch
 
+from sdtw._sqeuclidean import sqeuclidean_grads
+
 __all__ = [
     "cost_fits",
     "cuda_usable",
@@ -156,13 +158,10 @@ class _FusedFunction(torch.autograd.Function):
         ye = y.to(E.dtype)
         # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
         # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
-        gx = gy = None
-        if ctx.needs_input_grad[0]:
-            gx = torch.baddbmm(xe * S[:, :N, None], E, ye, beta=2.0, alpha=-2.0)
-            gx = gx.to(x.dtype)
-        if ctx.needs_input_grad[1]:
-            gy = torch.baddbmm(ye * S[:, N:, None], E.transpose(1, 2), xe, beta=2.0, alpha=-2.0)
-            gy = gy.to(y.dtype)
+        need_x, need_y = ctx.needs_input_grad[:2]
+        gx, gy = sqeuclidean_grads(xe, ye, E, S[:, :N], S[:, N:], need_x, need_y)
+        gx = gx.to(x.dtype) if need_x else None
+        gy = gy.to(y.dtype) if need_y else None
         return gx, gy, None, None, None, None
 
 

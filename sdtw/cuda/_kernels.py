@@ -421,7 +421,7 @@ FLUSH_LAG = TB + G
 
 
 def _build_handoff(busy: bool):
-    """``handoff`` and ``flush_rest`` for a *busy* (``busy``) or a *quiet* kernel.
+    """``handoff``, ``flush_rest`` and ``poll`` for a *busy* (``busy``) or a *quiet* kernel.
 
     Publishing.  The publishing lane's steps keep their values in the shared ring ``pubs``
     (column ``j`` in slot ``(j + plag) % RING``, ``plag`` being the lane's lag behind lane 0:
@@ -442,6 +442,13 @@ def _build_handoff(busy: bool):
     """
     poll = _poll_relaxed if busy else _poll_atomic
     flush = not busy
+
+    @_device
+    def publish(hand, pubs, own, fc, lim, publishes, plag):
+        """Quiet: column ``fc`` (this lane's) from ``pubs`` to the boundary row, if
+        ``0 <= fc < lim``."""
+        if flush and publishes and below(fc, lim):
+            hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
 
     @_device
     def handoff(hand, row, col0, limit, pref, grp, empty, has, pubs, own, publishes, plag):
@@ -473,10 +480,8 @@ def _build_handoff(busy: bool):
             if mine & (pref == SENTINEL):
                 pref = poll(hand, row + col)
         sync_band()  # every lane is done with the previous group (and its ``pubs`` stores)
-        fc = col0 - FLUSH_LAG + tid
-        if flush and publishes and tid < G and below(fc, limit):
-            hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
         if tid < G:
+            publish(hand, pubs, own, col0 - FLUSH_LAG + tid, limit, publishes, plag)
             grp[tid] = from_bits(pref) if mine else empty
         sync_band()
         return poll(hand, row + min(col + G, limit))
@@ -487,11 +492,9 @@ def _build_handoff(busy: bool):
         handoff did, ``send - FLUSH_LAG ..`` (at most ``TB - 1 + FLUSH_LAG - TW`` of them:
         ``send >= limit + TB - 1``)."""
         sync_band()
-        fc = send - FLUSH_LAG + cuda.threadIdx.x
-        if flush and publishes and below(fc, limit):
-            hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
+        publish(hand, pubs, own, send - FLUSH_LAG + cuda.threadIdx.x, limit, publishes, plag)
 
-    return handoff, flush_rest
+    return handoff, flush_rest, poll
 
 
 @_device
@@ -592,7 +595,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
       the no-gradient fused forward.
     * ``"split"`` (float64 only): ``X`` is the float64 weights buffer ``P`` (B, 2, N, M)
       itself, plane 0 holding each cell's float64 squared distance (written by the park
-      kernel, :func:`_build_park`; plane 1 zero).
+      kernel, :func:`_build_park`; plane 1 not read).
     * ``"plane"`` (float32 only): ``X`` is the float32 weights buffer ``P`` itself, plane 1
       holding each cell's squared distance (a float32 batched matmul, see
       :func:`sdtw.cuda._launch.forward`); the weights are written through ``X`` (the
@@ -605,15 +608,14 @@ def _build_forward(mode: str, fast: bool, busy: bool):
 
     ``fast`` selects float32 transcendentals (:func:`_softmin3_fast`), used for float32
     inputs; float64 inputs get float64 throughout.  ``busy`` selects the boundary-row style
-    of a launch with two or more blocks per SM scheduler (see :func:`_build_handoff`).
+    of a launch with a block or more per SM scheduler (see :func:`_build_handoff`).
     """
     assert not (mode == SPLIT and fast) and not (mode == PLANE and not fast)
     fused = mode == FUSED
     split = mode == SPLIT
     plane = mode == PLANE
     softmin3 = _softmin3_fast if fast else _softmin3
-    handoff, flush_rest = _build_handoff(busy)
-    poll = _poll_relaxed if busy else _poll_atomic
+    handoff, flush_rest, poll = _build_handoff(busy)
     # The staged block holds the cost and then the weights.  float32 suffices when both are
     # float32 anyway (float32 cost, float32 weights): half the shared memory, so twice the
     # resident blocks per SM.  Fused distances are float64: the float64 block.
@@ -863,8 +865,7 @@ def _build_backward(fast: bool, busy: bool):
     """Backward kernel; ``fast`` (float32 weights) stages them in a float32 block; ``busy`` as
     in :func:`_build_forward`."""
     blk_t = float32 if fast else float64
-    handoff, flush_rest = _build_handoff(busy)
-    poll = _poll_relaxed if busy else _poll_atomic
+    handoff, flush_rest, poll = _build_handoff(busy)
 
     @_device
     def write_e(P, blk, sums, b, i0, N, M, pp, want_sums):
@@ -902,10 +903,11 @@ def _build_backward(fast: bool, busy: bool):
         e_left = e * (1.0 - pd - pu) if ok else e_left
         if pub:
             pubs, hand, own, _, M = pb
-            pubs[sl] = v
-            if busy:
+            if busy:  # (nothing reads the shared ring then)
                 if below(p, M):
                     hand[uint64(own + p)] = as_bits(v)
+            else:
+                pubs[sl] = v
         return e_left, e * pd, from_next_lane(v, xch, s & 1), rs + e
 
     @_device
