@@ -483,12 +483,14 @@ def _build_handoff(busy: bool):
 
     @_device
     def flush_rest(hand, pubs, own, send, limit, publishes, plag):
-        """Quiet: after the last step (``send`` steps in all), publish the columns that no
-        handoff did, ``send - FLUSH_LAG ..`` (at most ``TB - 1 + FLUSH_LAG - TW`` of them:
-        ``send >= limit + TB - 1``)."""
+        """Quiet: after ``send`` steps, publish the computed columns that no handoff did yet,
+        ``send - FLUSH_LAG .. send - 1 - plag``.  After the last step (``send >= limit +
+        TB - 1``) that is all the rest; the fused forward also calls it after each chunk's
+        steps, before it computes the next chunk's distances (a long pause for the band below
+        otherwise).  A column published twice gets the same value twice."""
         sync_band()
         fc = send - FLUSH_LAG + cuda.threadIdx.x
-        if flush and publishes and below(fc, limit):
+        if flush and publishes and below(fc, min(limit, send - plag)):
             hand[uint64(own + fc)] = as_bits(pubs[ring(fc + plag)])
 
     return handoff, flush_rest
@@ -863,6 +865,8 @@ def _build_forward(mode: str, fast: bool, busy: bool):
             st = group(blk, wup, pb, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
             pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has, pubs, own, True, plag)
             st = group(blk, wup, pb, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
+            if fused:  # (quiet) what this chunk's steps completed, before the distances
+                flush_rest(Rb, pubs, own, j0 + TW, M, True, plag)
             if fused and jn0 < M:
                 # Chunk c + 1's distances, after this chunk's steps.  (Interleaving them with
                 # the steps, two features per step, was 20-27% slower on the H200.)
