@@ -5,18 +5,12 @@ from __future__ import annotations
 import torch
 
 
-def sqeuclidean(
-    x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None, clamp: bool = True
-) -> torch.Tensor:
-    """``|x_i|^2 + |y_j|^2 - 2 x_i.y_j`` (B, N, M) of x (B, N, D) and y (B, M, D), clamped at 0
-    unless ``clamp`` is False (a value of an identical pair can then be a rounding error
-    below 0, which soft-DTW takes as it is).
+def sqeuclidean(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``max(|x_i|^2 + |y_j|^2 - 2 x_i.y_j, 0)`` (B, N, M) of x (B, N, D) and y (B, M, D).
 
     The norms' sum goes into the result first (one broadcast add), then an in-place batched
-    matmul adds ``-2 x y^T`` to it: two passes over the (B, N, M) result (three with the
-    clamp), no other (B, N, M) buffer.  ``out`` (any (B, N, M) view whose rows are contiguous,
-    e.g. a plane of a larger buffer) receives the result.  No gradient is tracked here (see
-    ``sdtw.functional._SqEuclidean``).
+    matmul adds ``-2 x y^T`` to it, then the clamp: three passes over the (B, N, M) result, no
+    other (B, N, M) buffer.  No gradient is tracked here (see ``sdtw.functional._SqEuclidean``).
 
     Rounding (float32): the matmul accumulates only the products, of magnitude ``|x.y|``,
     and the norms enter once, at the end.  Folding the norms into the matmul as two extra
@@ -28,9 +22,9 @@ def sqeuclidean(
     with torch.no_grad():
         xx = (x * x).sum(-1)
         yy = (y * y).sum(-1)
-        out = torch.add(xx[:, :, None], yy[:, None, :], out=out)
+        out = xx[:, :, None] + yy[:, None, :]
         out.baddbmm_(x, y.transpose(1, 2), alpha=-2.0)
-        return out.clamp_min_(0.0) if clamp else out
+        return out.clamp_min_(0.0)
 
 
 def sqeuclidean_grads(

@@ -488,11 +488,16 @@ def _build_handoff(busy: bool):
 
     @_device
     def flush_rest(hand, pubs, own, send, limit, publishes, plag):
-        """Quiet: after the last step (``send`` steps in all), publish the columns that no
-        handoff did, ``send - FLUSH_LAG ..`` (at most ``TB - 1 + FLUSH_LAG - TW`` of them:
-        ``send >= limit + TB - 1``)."""
+        """Quiet: after ``send`` steps, publish the computed columns that no handoff did yet,
+        ``send - FLUSH_LAG .. send - 1 - plag``.  After the last step (``send >= limit +
+        TB - 1``) that is all the rest; the fused forward also calls it after each chunk's
+        steps, before it computes the next chunk's distances (a long pause for the band below
+        otherwise).  A column published twice gets the same value twice."""
         sync_band()
-        publish(hand, pubs, own, send - FLUSH_LAG + cuda.threadIdx.x, limit, publishes, plag)
+        publish(
+            hand, pubs, own, send - FLUSH_LAG + cuda.threadIdx.x, min(limit, send - plag),
+            publishes, plag,
+        )
 
     return handoff, flush_rest, poll
 
@@ -549,6 +554,35 @@ def _put32(blk, plane, v, i0, N, col_ok, base, sgn, zero):
 
 
 @_device
+def _dist8(v, xns, r0, yv):
+    """Squared distances ``|x_r|^2 + |y|^2 - 2 x_r.y`` (float32) of rows ``r0 .. r0 + 7`` from
+    their dot products ``v`` (a :func:`_col8` load), the rows' squared norms ``xns`` and the
+    column's ``yv``."""
+    m2 = float32(-2.0)
+    return (
+        (xns[r0] + yv) + m2 * v[0],
+        (xns[r0 + 1] + yv) + m2 * v[1],
+        (xns[r0 + 2] + yv) + m2 * v[2],
+        (xns[r0 + 3] + yv) + m2 * v[3],
+        (xns[r0 + 4] + yv) + m2 * v[4],
+        (xns[r0 + 5] + yv) + m2 * v[5],
+        (xns[r0 + 6] + yv) + m2 * v[6],
+        (xns[r0 + 7] + yv) + m2 * v[7],
+    )
+
+
+@_device
+def _dist32(v, xns, yv):
+    """:func:`_dist8` of a :func:`_col32` load."""
+    return (
+        _dist8(v[0], xns, 0, yv),
+        _dist8(v[1], xns, 8, yv),
+        _dist8(v[2], xns, 16, yv),
+        _dist8(v[3], xns, 24, yv),
+    )
+
+
+@_device
 def _feat16(A, first, lim, dc):
     """Feature ``dc`` of rows ``first, first + 2, .., first + 30`` of the 2-D array ``A`` (rows
     clamped to ``lim``): sixteen independent loads, issued back to back."""
@@ -597,10 +631,13 @@ def _build_forward(mode: str, fast: bool, busy: bool):
       itself, plane 0 holding each cell's float64 squared distance (written by the park
       kernel, :func:`_build_park`; plane 1 not read).
     * ``"plane"`` (float32 only): ``X`` is the float32 weights buffer ``P`` itself, plane 1
-      holding each cell's squared distance (a float32 batched matmul, see
-      :func:`sdtw.cuda._launch.forward`); the weights are written through ``X`` (the
-      launcher passes placeholders for ``P`` and ``Y``: no two arguments alias, which the
-      simulator, copying each argument in and back out in turn, requires).
+      holding each cell's dot product ``x_i.y_j`` (a float32 batched matmul, see
+      :func:`sdtw.cuda._launch.forward`), and ``Y`` (B, N + M) float32 the squared norms of
+      x's and then y's rows; the staging turns each dot product into the squared distance
+      (float32: the matmul's and the sum's rounding are those of the unfused path's cost).
+      The weights are written through ``X`` (the launcher passes a placeholder for ``P``: no
+      two arguments alias, which the simulator, copying each argument in and back out in
+      turn, requires).
 
     In both last modes a band reads its cells' distances before it writes the same cells'
     weights over them, so the distances take no memory beyond ``P``: the fused forward with
@@ -773,6 +810,10 @@ def _build_forward(mode: str, fast: bool, busy: bool):
             xn[tid] = xx  # read after the staging's first barrier
         if tid < G:
             grp[tid] = INF  # the top band's row above (k > 0 overwrites it group by group)
+        xns = cuda.shared.array(TB, float32)  # plane: the band's rows' squared norms
+        if plane:
+            xns[tid] = Y[b, min(i, N - 1)]
+            sync_band()
         # (r_diag, r_left, up_next); R[-1, -1] = 0 is lane 0's first diagonal in the top band
         st = (0.0 if (k == 0 and tid == 0) else INF, INF, INF)
         has = k > 0  # a band above to take the row from
@@ -804,6 +845,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
             Yb = Xb
             jn = min(tid, M - 1)
             a = _col32(Xb, i0, N, jn)
+            yv = Y[b, N + jn] if plane else float32(0.0)  # plane: the column's squared norm
         for c in range(nchunks):
             j0 = c * TW
             jl = j0 + tid  # the column this thread stages
@@ -813,9 +855,14 @@ def _build_forward(mode: str, fast: bool, busy: bool):
                 # chunk c + 1, in flight during this chunk's steps (clamped, harmless past M).
                 # (split, plane: chunk c's distances were read one chunk ago; its weights go
                 # over them one chunk from now, by this block: read before write, same cells.)
-                _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
+                if plane:
+                    _put32(blk, 0, _dist32(a, xns, yv), i0, N, jl < M, jl, 1, zero)
+                else:
+                    _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
                 jn = min(jl + TW, M - 1)
                 a = _col32(Xb, i0, N, jn)
+                if plane:
+                    yv = Y[b, N + jn]
             sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
             pref = handoff(Rb, above, j0, M, pref, grp, INF, has, pubs, own, True, plag)
@@ -826,6 +873,8 @@ def _build_forward(mode: str, fast: bool, busy: bool):
             st = group(blk, wup, pb, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
             pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has, pubs, own, True, plag)
             st = group(blk, wup, pb, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
+            if fused:  # (quiet) what this chunk's steps completed, before the distances
+                flush_rest(Rb, pubs, own, j0 + TW, M, True, plag)
             if fused and jn0 < M:
                 # Chunk c + 1's distances, after this chunk's steps.  (Interleaving them with
                 # the steps, two features per step, was 20-27% slower on the H200.)

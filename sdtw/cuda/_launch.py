@@ -13,7 +13,6 @@ from collections import Counter
 import torch
 
 from sdtw._compat import patch_numpy_for_numba
-from sdtw._sqeuclidean import sqeuclidean
 
 patch_numpy_for_numba()
 
@@ -195,6 +194,32 @@ def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+_TF32X3 = os.environ.get("SDTW_TF32X3", "0") == "1"  # experiment switch (not yet measured)
+
+
+def _split_tf32(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``t`` (float32) as ``hi + lo``: ``hi`` its leading 11 significant bits (exact in TF32),
+    ``lo`` the exact remainder."""
+    hi = (t.view(torch.int32) & -8192).view(torch.float32)
+    return hi, t - hi
+
+
+def _dots_tf32x3(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> None:
+    """``out <- x y^T`` as ``x_hi y_hi + x_hi y_lo + x_lo y_hi``: one TF32 tensor-core
+    matmul over 3 D features (float32 accumulation)."""
+    xh, xl = _split_tf32(x)
+    yh, yl = _split_tf32(y)
+    xa = torch.cat((xh, xh, xl), 2)
+    ya = torch.cat((yh, yl, yh), 2)
+    m = torch.backends.cuda.matmul
+    was = m.allow_tf32
+    m.allow_tf32 = True
+    try:
+        torch.bmm(xa, ya.transpose(1, 2), out=out)
+    finally:
+        m.allow_tf32 = was
+
+
 _placeholders: dict[tuple, torch.Tensor] = {}
 
 
@@ -236,10 +261,11 @@ def forward(
 
     Fused with ``store``, the squared distances are first put in ``P`` and the forward reads
     them from there, overwriting each cell with its weights: no buffer besides ``P``.  For
-    float32 inputs they are written into P's plane 1 by a broadcast add and a float32
-    batched matmul (:func:`sdtw._sqeuclidean.sqeuclidean`; cuBLAS, not a Numba launch), the
-    same rounding as the unfused path's float32 cost; for float64 inputs, float64 distances
-    from the park kernel (:func:`sdtw.cuda._kernels._build_park`) in plane 0.
+    float32 inputs a float32 batched matmul (cuBLAS, not a Numba launch) writes the dot
+    products into P's plane 1 and the forward kernel adds the squared norms as it stages
+    them, the same rounding as the unfused path's float32 cost
+    (:func:`sdtw._sqeuclidean.sqeuclidean`); for float64 inputs, float64 distances from the
+    park kernel (:func:`sdtw.cuda._kernels._build_park`) in plane 0.
     Fused without ``store``, the forward computes the distances itself (one launch, no
     (N, M) buffer at all, but slower: the dot products sit in the DP's warps).
     """
@@ -261,15 +287,20 @@ def forward(
     src, src2 = a, a  # the kernel's X and Y (Y unused unless fused)
     p_arg = P
     if fused and store:
-        if fast:  # float32 distances into plane 1; the kernel reads and writes P through X
-            sqeuclidean(a, y, out=P[:, 1], clamp=False)
+        if fast:  # dot products into plane 1, the norms beside; the kernel reads and writes
+            # P through X
+            if _TF32X3:
+                _dots_tf32x3(a, y, P[:, 1])
+            else:
+                torch.bmm(a, y.transpose(1, 2), out=P[:, 1])
+            src2 = torch.cat(((a * a).sum(-1), (y * y).sum(-1)), 1)
             mode, src, p_arg = K.PLANE, P, _placeholder((1, 2, 1, 1), sdt, dev)
         else:  # float64 distances parked in plane 0
             tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
             _launcher(K.PARK)(tiles, K.PARK_THREADS, streams, a, y, P.view(-1), N, M)
             launch_counts["forward"] += 1
             mode, src = K.SPLIT, P
-        src2 = _placeholder((1, 1, 1, 1), sdt, dev)  # Y: unused
+            src2 = _placeholder((1, 1, 1, 1), sdt, dev)  # Y: unused
     elif fused:
         mode, src2 = K.FUSED, y
     Rb = _boundary(B, nb, M, dev)
