@@ -112,12 +112,13 @@ def test_sim_second_backward_is_refused(rng):
 @pytest.mark.cudasim
 @pytest.mark.parametrize(
     "fused,dtype,forward_launches",
-    [(True, torch.float64, 2), (True, torch.float32, 1), (False, torch.float64, 1)],
+    [(True, torch.float64, 2), (True, torch.float32, 2), (False, torch.float64, 1)],
 )
 def test_sim_launches_per_pass(rng, fused, dtype, forward_launches):
     """A constant number of Numba launches per pass, whatever N: the fused float64 forward
     with gradients parks the distances (one launch) and then runs the DP (one); the float32
-    one gets its distances from a cuBLAS matmul (not a Numba launch)."""
+    one gets its dot products from a cuBLAS matmul (not a Numba launch), the squared norms
+    from one launch, then the DP."""
     from sdtw.cuda import _launch
 
     x = randn(rng, 1, 33, 2, dtype=dtype).requires_grad_()  # two bands

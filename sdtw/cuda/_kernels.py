@@ -495,8 +495,13 @@ def _build_handoff(busy: bool):
         otherwise).  A column published twice gets the same value twice."""
         sync_band()
         publish(
-            hand, pubs, own, send - FLUSH_LAG + cuda.threadIdx.x, min(limit, send - plag),
-            publishes, plag,
+            hand,
+            pubs,
+            own,
+            send - FLUSH_LAG + cuda.threadIdx.x,
+            min(limit, send - plag),
+            publishes,
+            plag,
         )
 
     return handoff, flush_rest, poll
@@ -1314,6 +1319,58 @@ def _build_park():
     return park
 
 
+@_device
+def _warp_sum_gpu(v, red):
+    for off in (16, 8, 4, 2, 1):
+        v += cuda.shfl_xor_sync(FULL_MASK, v, off)
+    return v
+
+
+@_device
+def _warp_sum_sim(v, red):
+    red[cuda.threadIdx.x] = v
+    cuda.syncthreads()
+    t = 0.0
+    for q in range(TB):
+        t += red[q]
+    return t
+
+
+_warp_sum = _warp_sum_sim if SIMULATED else _warp_sum_gpu
+
+
+def _build_norms():
+    """The squared norms that the ``plane`` forward adds to the dot products."""
+
+    @cuda.jit
+    def sqnorms(X, Y, out):
+        """``out[b, r]`` (B, N + M) float32 = ``|X[b, r]|^2`` for ``r < N``, else
+        ``|Y[b, r - N]|^2``; X (B, N, D), Y (B, M, D) float32.  One block (one warp) per row,
+        lanes striding over the features, the sum in float64 and rounded once."""
+        N = X.shape[1]
+        NM = out.shape[1]
+        D = X.shape[2]
+        lane = cuda.threadIdx.x
+        t = cuda.blockIdx.x
+        b = t // NM
+        r = t - b * NM
+        red = cuda.shared.array(TB, float64)  # (the simulator's reduction)
+        acc = 0.0
+        if r < N:
+            for d in range(lane, D, TB):
+                v = float64(X[b, r, d])
+                acc += v * v
+        else:
+            for d in range(lane, D, TB):
+                v = float64(Y[b, r - N, d])
+                acc += v * v
+        acc = _warp_sum(acc, red)
+        if lane == 0:
+            out[b, r] = float32(acc)
+
+    return sqnorms
+
+
 #: Kernels by (mode, float32, busy) and (float32, busy); compiled on first use.
 _FORWARD_KINDS = ((COST, False), (COST, True), (FUSED, False), (FUSED, True))
 FORWARD = {
@@ -1323,3 +1380,4 @@ FORWARD = {
 }
 BACKWARD = {(q, busy): _build_backward(q, busy) for q in (False, True) for busy in (False, True)}
 PARK = _build_park()
+NORMS = _build_norms()

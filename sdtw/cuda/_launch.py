@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import warnings
 from collections import Counter
 
@@ -58,33 +59,32 @@ def _arr(t: torch.Tensor):
 
 
 def _stream(device: torch.device):
-    """torch's current stream as (numba stream, cuda.core stream or None), cached per handle."""
+    """torch's current stream as (numba stream, raw ``CUstream`` address), cached per handle."""
     if K.SIMULATED:
-        return 0, None
+        return 0, 0
     ptr = torch.cuda.current_stream(device).cuda_stream
     s = _streams.get(ptr)
     if s is None:
-        try:
-            from cuda.core import Stream
-
-            core = Stream.from_handle(ptr)
-        except Exception:  # older cuda.core: the fast path passes numba's stream instead
-            core = None
-        s = _streams[ptr] = (cuda.external_stream(ptr), core)
+        s = _streams[ptr] = (cuda.external_stream(ptr), ptr)
     return s
 
 
 class _Launcher:
     """Launch a Numba CUDA kernel with torch tensors, skipping Numba's per-call dispatch.
 
-    Numba's generic launch costs about 100 us of host time for our 15 arguments plus about
-    20 us per ``as_cuda_array``; at N = 512 that is most of a training step.  The first call
-    for a given argument signature goes through Numba (compiling if needed); later calls pack
-    the arguments the way Numba's ``_Kernel._prepare_args`` does (arrays as
-    ``meminfo, parent, size, itemsize, data, shape..., strides...``) and call the same
-    ``cuda.core.launch``.  That reaches into numba-cuda internals, so if they are not there
-    (another numba-cuda version) we warn once and keep the regular launch.  Set
-    ``SDTW_FAST_LAUNCH=0`` to force the regular path.
+    Numba's generic launch costs about 100 us of host time for our 12 arguments plus about
+    20 us per ``as_cuda_array``, and even packing the arguments for ``cuda.core``'s launch
+    (one Python object per flattened parameter, 40-60 of them) kept the GPU waiting for the
+    host before each DP kernel (a torch.profiler trace at B = 32, N = 1024 showed it idle
+    130 us before the forward).  So the first call for a given argument signature goes
+    through Numba (compiling if needed) and records the compiled kernel's handle and its
+    parameter layout (offset and size of each flattened parameter, from the driver:
+    ``cuKernelGetParamInfo``); later calls pack the parameters, flattened the way Numba's
+    ``_Kernel._prepare_args`` does (arrays as ``meminfo, parent, size, itemsize, data,
+    shape..., strides...``), into one buffer with a single ``struct.pack_into`` and call
+    ``cuLaunchKernel`` through ctypes with that buffer (``CU_LAUNCH_PARAM_BUFFER_POINTER``).
+    If numba-cuda's internals or the layout are not what this expects, it warns once and keeps
+    Numba's regular launch.  ``SDTW_FAST_LAUNCH=0`` forces the regular path.
     """
 
     warned = False
@@ -100,34 +100,25 @@ class _Launcher:
         return (type(a),)
 
     def __call__(self, grid: int, block: int, streams, *args) -> None:
-        stream, core_stream = streams
+        stream, stream_ptr = streams
         key = tuple(self._key(a) for a in args)
         entry = self.cache.get(key)
         if entry is None or entry is False or K.SIMULATED:
             conv = [_arr(a) if isinstance(a, torch.Tensor) else a for a in args]
             self.dispatcher[grid, block, stream](*conv)
             if entry is None and not K.SIMULATED:
-                self.cache[key] = self._find(conv)
+                self.cache[key] = self._find(conv, args)
             return
-        kernel, config_for = entry
-        flat: list = []
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                isz = a.element_size()
-                flat += [0, 0, a.numel(), isz, a.data_ptr(), *a.shape]
-                flat += [st * isz for st in a.stride()]
-            elif isinstance(a, bool):
-                flat.append(a)
-            elif isinstance(a, int):
-                flat.append(ctypes.c_int64(a))
-            elif isinstance(a, float):
-                flat.append(ctypes.c_double(a))
-            else:  # e.g. a NumPy integer: packing it as a double would be silently wrong
-                raise TypeError(f"sdtw: kernel argument of type {type(a).__name__}")
-        launch_stream = stream if core_stream is None else core_stream
-        _cuda_core_launch(launch_stream, config_for(grid, block), kernel, *flat)
+        launch, handle, fmt, buf, extra, _ = entry
+        fmt.pack_into(buf, 0, *_flatten(args))
+        rc = launch(handle, grid, 1, 1, block, 1, 1, 0, stream_ptr, None, extra)
+        if rc == _CUDA_ERROR_INVALID_CONTEXT:  # a thread with no current context yet
+            cuda.current_context()  # numba makes the device's primary context current
+            rc = launch(handle, grid, 1, 1, block, 1, 1, 0, stream_ptr, None, extra)
+        if rc != 0:
+            raise RuntimeError(f"sdtw: cuLaunchKernel failed with CUresult {rc}")
 
-    def _find(self, conv: list):
+    def _find(self, conv: list, args: tuple):
         if os.environ.get("SDTW_FAST_LAUNCH", "1") == "0":
             return False
         try:
@@ -135,15 +126,27 @@ class _Launcher:
 
             sig = tuple(typeof(a, Purpose.argument) for a in conv)
             kern = self.dispatcher.overloads[sig]
-            cu_kernel = kern._codelibrary.get_cufunc().kernel
             if getattr(kern, "cooperative", False) or getattr(kern, "debug", False):
                 return False
-            return cu_kernel, _config_factory()
-        except Exception as exc:  # numba-cuda internals differ: keep the regular path
+            core_kernel = kern._codelibrary.get_cufunc().kernel
+            layout = [(p.offset, p.size) for p in core_kernel.arguments_info]
+            fmt = _param_format(_flatten(args), layout)
+            buf = ctypes.create_string_buffer(max(fmt.size, 8))
+            size = ctypes.c_size_t(fmt.size)
+            extra = (ctypes.c_void_p * 5)(
+                _CU_LAUNCH_PARAM_BUFFER_POINTER,
+                ctypes.addressof(buf),
+                _CU_LAUNCH_PARAM_BUFFER_SIZE,
+                ctypes.addressof(size),
+                _CU_LAUNCH_PARAM_END,
+            )
+            # (the entry keeps buf and size alive: extra holds their addresses)
+            return _driver_launch(), int(core_kernel.handle), fmt, buf, extra, size
+        except Exception as exc:  # numba-cuda internals or the driver differ: regular path
             if not _Launcher.warned:
                 _Launcher.warned = True
                 warnings.warn(
-                    f"sdtw: fast kernel launch unavailable with this numba-cuda ({exc!r}); "
+                    f"sdtw: fast kernel launch unavailable here ({exc!r}); "
                     "using Numba's regular launch (about 0.1-0.3 ms more host time per call)",
                     RuntimeWarning,
                     stacklevel=4,
@@ -151,32 +154,58 @@ class _Launcher:
             return False
 
 
-def _cuda_core_launch(*args) -> None:
-    from numba.cuda.dispatcher import launch
+def _flatten(args: tuple) -> list:
+    """Kernel arguments as the flat parameter values of Numba's calling convention."""
+    flat: list = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            isz = a.element_size()
+            flat += [0, 0, a.numel(), isz, a.data_ptr(), *a.shape]
+            flat += [st * isz for st in a.stride()]
+        elif isinstance(a, (bool, int, float)):
+            flat.append(a)
+        else:  # e.g. a NumPy integer: its packing would be a guess
+            raise TypeError(f"sdtw: kernel argument of type {type(a).__name__}")
+    return flat
 
-    launch(*args)
+
+def _param_format(flat: list, layout: list[tuple[int, int]]) -> struct.Struct:
+    """The ``struct`` layout of the parameter buffer: each value at the driver's offset, with
+    the driver's size (8-byte integers and doubles, 1-byte booleans); anything else is an
+    error (the caller then keeps Numba's launch)."""
+    if len(flat) != len(layout):
+        raise ValueError(f"{len(flat)} flattened values for {len(layout)} kernel parameters")
+    fmt, pos = "<", 0
+    for v, (off, size) in zip(flat, layout, strict=True):
+        if off < pos:
+            raise ValueError(f"overlapping kernel parameters at offset {off}")
+        fmt += "x" * (off - pos)
+        code = "?" if isinstance(v, bool) else ("d" if isinstance(v, float) else "q")
+        if struct.calcsize("<" + code) != size:
+            raise ValueError(f"kernel parameter of {size} bytes for a {type(v).__name__}")
+        fmt += code
+        pos = off + size
+    return struct.Struct(fmt)
 
 
-def _config_factory():
-    from numba.cuda.dispatcher import CUDA_CORE_GE_1_0, LaunchConfig
+_CU_LAUNCH_PARAM_END = 0
+_CU_LAUNCH_PARAM_BUFFER_POINTER = 1
+_CU_LAUNCH_PARAM_BUFFER_SIZE = 2
+_CUDA_ERROR_INVALID_CONTEXT = 201
+_cu_launch_fn = None
 
-    cache: dict = {}
 
-    def config_for(grid: int, block: int):
-        cfg = cache.get((grid, block))
-        if cfg is None:
-            if CUDA_CORE_GE_1_0:
-                cfg = LaunchConfig(
-                    grid=(grid, 1, 1), block=(block, 1, 1), shmem_size=0, is_cooperative=False
-                )
-            else:
-                cfg = LaunchConfig(
-                    grid=(grid, 1, 1), block=(block, 1, 1), shmem_size=0, cooperative_launch=False
-                )
-            cache[(grid, block)] = cfg
-        return cfg
-
-    return config_for
+def _driver_launch():
+    """``cuLaunchKernel`` of the driver library, through ctypes (loaded once)."""
+    global _cu_launch_fn
+    if _cu_launch_fn is None:
+        fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+        u = ctypes.c_uint
+        vp = ctypes.c_void_p
+        fn.argtypes = [vp, u, u, u, u, u, u, u, vp, vp, vp]
+        fn.restype = ctypes.c_int
+        _cu_launch_fn = fn
+    return _cu_launch_fn
 
 
 _launchers: dict[int, _Launcher] = {}
@@ -192,32 +221,6 @@ def _launcher(dispatcher) -> _Launcher:
 def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     """Stored weights and E: float64 for float64 inputs, float32 otherwise."""
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-_TF32X3 = os.environ.get("SDTW_TF32X3", "0") == "1"  # experiment switch (not yet measured)
-
-
-def _split_tf32(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``t`` (float32) as ``hi + lo``: ``hi`` its leading 11 significant bits (exact in TF32),
-    ``lo`` the exact remainder."""
-    hi = (t.view(torch.int32) & -8192).view(torch.float32)
-    return hi, t - hi
-
-
-def _dots_tf32x3(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> None:
-    """``out <- x y^T`` as ``x_hi y_hi + x_hi y_lo + x_lo y_hi``: one TF32 tensor-core
-    matmul over 3 D features (float32 accumulation)."""
-    xh, xl = _split_tf32(x)
-    yh, yl = _split_tf32(y)
-    xa = torch.cat((xh, xh, xl), 2)
-    ya = torch.cat((yh, yl, yh), 2)
-    m = torch.backends.cuda.matmul
-    was = m.allow_tf32
-    m.allow_tf32 = True
-    try:
-        torch.bmm(xa, ya.transpose(1, 2), out=out)
-    finally:
-        m.allow_tf32 = was
 
 
 _placeholders: dict[tuple, torch.Tensor] = {}
@@ -289,11 +292,10 @@ def forward(
     if fused and store:
         if fast:  # dot products into plane 1, the norms beside; the kernel reads and writes
             # P through X
-            if _TF32X3:
-                _dots_tf32x3(a, y, P[:, 1])
-            else:
-                torch.bmm(a, y.transpose(1, 2), out=P[:, 1])
-            src2 = torch.cat(((a * a).sum(-1), (y * y).sum(-1)), 1)
+            torch.bmm(a, y.transpose(1, 2), out=P[:, 1])
+            src2 = torch.empty((B, N + M), dtype=torch.float32, device=dev)
+            _launcher(K.NORMS)(B * (N + M), K.TB, streams, a, y, src2)
+            launch_counts["forward"] += 1
             mode, src, p_arg = K.PLANE, P, _placeholder((1, 2, 1, 1), sdt, dev)
         else:  # float64 distances parked in plane 0
             tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
