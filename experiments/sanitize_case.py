@@ -16,7 +16,7 @@ from sdtw.cuda import _launch
 def main() -> None:
     for force in (False, True):
         _launch.FORCE_BUSY = force
-        # float32: distances by matmul (mode plane); float64: the park (D = 20: two passes)
+        # the park for both (float32: hilo forward; float64: split; D = 20: two passes)
         for fused, D, dtype in (
             (True, 5, torch.float32),
             (False, 5, torch.float32),

@@ -27,9 +27,9 @@ backward load the next chunk into registers while the current chunk's steps run.
 forward without gradients computes the next chunk's distances itself (float64 dot products of
 staged features) after the current chunk's steps, so it needs no (N, M) buffer at all.  With
 gradients the weights buffer ``P`` is there anyway, so the fused forward first puts each
-cell's distance in it (float32 inputs: a float32 batched matmul into plane 1, mode ``plane``;
-float64 inputs: float64 distances from a tiled product on the float64 tensor cores,
-:func:`_build_park`, into plane 0, mode ``split``) and the DP reads them from there like a
+cell's float64 distance in it (from a tiled product on the float64 tensor cores,
+:func:`_build_park`: float64 inputs into plane 0, mode ``split``; float32 inputs as a float32
+high part in plane 1 and low part in plane 0, mode ``hilo``) and the DP reads them from there like a
 cost, overwriting each with its weights: the dot products then run at full rate instead of
 inside the DP's latency-bound warps.
 
@@ -559,31 +559,28 @@ def _put32(blk, plane, v, i0, N, col_ok, base, sgn, zero):
 
 
 @_device
-def _dist8(v, xns, r0, yv):
-    """Squared distances ``|x_r|^2 + |y|^2 - 2 x_r.y`` (float32) of rows ``r0 .. r0 + 7`` from
-    their dot products ``v`` (a :func:`_col8` load), the rows' squared norms ``xns`` and the
-    column's ``yv``."""
-    m2 = float32(-2.0)
+def _sum8(hi, lo):
+    """float64 sums of two :func:`_col8` loads (a distance's float32 high and low parts)."""
     return (
-        (xns[r0] + yv) + m2 * v[0],
-        (xns[r0 + 1] + yv) + m2 * v[1],
-        (xns[r0 + 2] + yv) + m2 * v[2],
-        (xns[r0 + 3] + yv) + m2 * v[3],
-        (xns[r0 + 4] + yv) + m2 * v[4],
-        (xns[r0 + 5] + yv) + m2 * v[5],
-        (xns[r0 + 6] + yv) + m2 * v[6],
-        (xns[r0 + 7] + yv) + m2 * v[7],
+        float64(hi[0]) + float64(lo[0]),
+        float64(hi[1]) + float64(lo[1]),
+        float64(hi[2]) + float64(lo[2]),
+        float64(hi[3]) + float64(lo[3]),
+        float64(hi[4]) + float64(lo[4]),
+        float64(hi[5]) + float64(lo[5]),
+        float64(hi[6]) + float64(lo[6]),
+        float64(hi[7]) + float64(lo[7]),
     )
 
 
 @_device
-def _dist32(v, xns, yv):
-    """:func:`_dist8` of a :func:`_col32` load."""
+def _sum32(hi, lo):
+    """:func:`_sum8` of two :func:`_col32` loads."""
     return (
-        _dist8(v[0], xns, 0, yv),
-        _dist8(v[1], xns, 8, yv),
-        _dist8(v[2], xns, 16, yv),
-        _dist8(v[3], xns, 24, yv),
+        _sum8(hi[0], lo[0]),
+        _sum8(hi[1], lo[1]),
+        _sum8(hi[2], lo[2]),
+        _sum8(hi[3], lo[3]),
     )
 
 
@@ -620,7 +617,7 @@ def _put16(sh, dd, rh, v, first, lim, d_ok):
 
 
 #: Where the forward kernel gets its costs (a compile-time constant of each kernel).
-COST, FUSED, SPLIT, PLANE = "cost", "fused", "split", "plane"
+COST, FUSED, SPLIT, HILO = "cost", "fused", "split", "hilo"
 
 
 def _build_forward(mode: str, fast: bool, busy: bool):
@@ -635,14 +632,13 @@ def _build_forward(mode: str, fast: bool, busy: bool):
     * ``"split"`` (float64 only): ``X`` is the float64 weights buffer ``P`` (B, 2, N, M)
       itself, plane 0 holding each cell's float64 squared distance (written by the park
       kernel, :func:`_build_park`; plane 1 not read).
-    * ``"plane"`` (float32 only): ``X`` is the float32 weights buffer ``P`` itself, plane 1
-      holding each cell's dot product ``x_i.y_j`` (a float32 batched matmul, see
-      :func:`sdtw.cuda._launch.forward`), and ``Y`` (B, N + M) float32 the squared norms of
-      x's and then y's rows; the staging turns each dot product into the squared distance
-      (float32: the matmul's and the sum's rounding are those of the unfused path's cost).
-      The weights are written through ``X`` (the launcher passes a placeholder for ``P``: no
-      two arguments alias, which the simulator, copying each argument in and back out in
-      turn, requires).
+    * ``"hilo"`` (float32 only): ``X`` is the float32 weights buffer ``P`` itself, each
+      cell's float64 squared distance held as two float32 parts, the high part
+      ``float32(d)`` in plane 1 and the rest ``float32(d - hi)`` in plane 0 (written by the
+      park kernel's float32 variant; together good to ~1e-14 relative).  The staging adds
+      them in float64.  The weights are written through ``X`` (the launcher passes
+      placeholders for ``P`` and ``Y``: no two arguments alias, which the simulator,
+      copying each argument in and back out in turn, requires).
 
     In both last modes a band reads its cells' distances before it writes the same cells'
     weights over them, so the distances take no memory beyond ``P``: the fused forward with
@@ -652,16 +648,16 @@ def _build_forward(mode: str, fast: bool, busy: bool):
     inputs; float64 inputs get float64 throughout.  ``busy`` selects the boundary-row style
     of a launch with a block or more per SM scheduler (see :func:`_build_handoff`).
     """
-    assert not (mode == SPLIT and fast) and not (mode == PLANE and not fast)
+    assert not (mode == SPLIT and fast) and not (mode == HILO and not fast)
     fused = mode == FUSED
     split = mode == SPLIT
-    plane = mode == PLANE
+    hilo = mode == HILO
     softmin3 = _softmin3_fast if fast else _softmin3
     handoff, flush_rest, poll = _build_handoff(busy)
     # The staged block holds the cost and then the weights.  float32 suffices when both are
     # float32 anyway (float32 cost, float32 weights): half the shared memory, so twice the
     # resident blocks per SM.  Fused distances are float64: the float64 block.
-    blk_t = float32 if (fast and mode in (COST, PLANE)) else float64
+    blk_t = float32 if (fast and mode == COST) else float64
     w_t = float32 if fast else float64  # the upper weights' own block (half size when fast)
     zero = blk_t(0)
 
@@ -700,8 +696,8 @@ def _build_forward(mode: str, fast: bool, busy: bool):
     @_device
     def write_w(X, P, blk, wup, b, i, j, r, sl):
         """Write cell (i, j)'s weights (row ``r`` of the band, ring slot ``sl``) to ``P``
-        (mode ``plane``: through ``X``, which is P)."""
-        if plane:
+        (mode ``hilo``: through ``X``, which is P)."""
+        if hilo:
             X[b, 0, i, j] = blk[0, r, sl]
             X[b, 1, i, j] = wup[r, sl]
         else:
@@ -762,7 +758,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
 
         cost:  X = cost (B, N, M), Y unused.
         fused: X (B, N, D), Y (B, M, D); the squared norms are computed here (float64).
-        split, plane: X = P holding the distances (see :func:`_build_forward`), Y unused.
+        split, hilo: X = P holding the distances (see :func:`_build_forward`), Y unused.
         P (B, 2, N, M) weights (written iff ``store``), Rb int64 boundary rows (B, nb, M + 1)
         flattened, plus one element, the ticket counter (float64 bits / counter, all
         pre-filled with ``SENTINEL``), out (B,) loss (any float dtype).
@@ -815,10 +811,6 @@ def _build_forward(mode: str, fast: bool, busy: bool):
             xn[tid] = xx  # read after the staging's first barrier
         if tid < G:
             grp[tid] = INF  # the top band's row above (k > 0 overwrites it group by group)
-        xns = cuda.shared.array(TB, float32)  # plane: the band's rows' squared norms
-        if plane:
-            xns[tid] = Y[b, min(i, N - 1)]
-            sync_band()
         # (r_diag, r_left, up_next); R[-1, -1] = 0 is lane 0's first diagonal in the top band
         st = (0.0 if (k == 0 and tid == 0) else INF, INF, INF)
         has = k > 0  # a band above to take the row from
@@ -843,14 +835,20 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         else:
             if split:
                 Xb = X[b, 0]  # this pair's distances
-            elif plane:
-                Xb = X[b, 1]
+                Xlo = Xb
+            elif hilo:
+                Xb = X[b, 1]  # the distances' high parts
+                Xlo = X[b, 0]  # and their low parts
             else:
                 Xb = X[b]  # this pair's (N, M) cost
+                Xlo = Xb
             Yb = Xb
             jn = min(tid, M - 1)
             a = _col32(Xb, i0, N, jn)
-            yv = Y[b, N + jn] if plane else float32(0.0)  # plane: the column's squared norm
+            if hilo:
+                a2 = _col32(Xlo, i0, N, jn)
+            else:
+                a2 = a
         for c in range(nchunks):
             j0 = c * TW
             jl = j0 + tid  # the column this thread stages
@@ -858,16 +856,16 @@ def _build_forward(mode: str, fast: bool, busy: bool):
             if not fused:
                 # The registers hold chunk c (loaded one chunk ago): into the ring, then load
                 # chunk c + 1, in flight during this chunk's steps (clamped, harmless past M).
-                # (split, plane: chunk c's distances were read one chunk ago; its weights go
+                # (split, hilo: chunk c's distances were read one chunk ago; its weights go
                 # over them one chunk from now, by this block: read before write, same cells.)
-                if plane:
-                    _put32(blk, 0, _dist32(a, xns, yv), i0, N, jl < M, jl, 1, zero)
+                if hilo:
+                    _put32(blk, 0, _sum32(a, a2), i0, N, jl < M, jl, 1, zero)
                 else:
                     _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
                 jn = min(jl + TW, M - 1)
                 a = _col32(Xb, i0, N, jn)
-                if plane:
-                    yv = Y[b, N + jn]
+                if hilo:
+                    a2 = _col32(Xlo, i0, N, jn)
             sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
             pref = handoff(Rb, above, j0, M, pref, grp, INF, has, pubs, own, True, plag)
@@ -1078,8 +1076,10 @@ def _build_backward(fast: bool, busy: bool):
 # Parking the fused distances (the fused forward with gradients)
 # ------------------------------------------------------------------
 # ``park`` fills plane 0 of a float64 ``P`` (B, 2, N, M) with each cell's squared distance
-# ``max(|x_i|^2 + |y_j|^2 - 2 x_i.y_j, 0)`` for the ``split`` forward (float64 inputs; float32
-# inputs get theirs from a float32 batched matmul, mode ``plane``).  The dot products run
+# ``max(|x_i|^2 + |y_j|^2 - 2 x_i.y_j, 0)`` for the ``split`` forward (float64 inputs); its
+# float32 variant (float32 inputs) writes the same float64 distance into a float32 ``P`` as
+# two float32 parts, ``hi = float32(d)`` in plane 1 and ``float32(d - hi)`` in plane 0, for the
+# ``hilo`` forward: 8 bytes per cell either way, what P holds anyway.  The dot products run
 # on the float64 tensor cores (``mma.sync.m8n8k4.f64``: IEEE float64 fused multiply-adds): a
 # block of 4 warps computes a PS x PS tile, each warp a 32 x 32 quarter as 4 x 4 tiles of
 # 8 x 8, with PK features of the tile's rows and columns staged in shared memory per pass (the
@@ -1198,8 +1198,9 @@ def _park_store(S, v, base, ok):
     S[base + uint32(56)] = float64(v[7]) if ok else 0.0
 
 
-def _build_park():
-    """Park kernel (float64 P)."""
+def _build_park(words: bool):
+    """Park kernel: float64 P (``words`` False), or float32 P getting each distance as its
+    float32 high part (plane 1) and low part (plane 0) (``words`` True)."""
 
     @_device
     def put_half(O, acc, nrm, ra, cb):
@@ -1214,7 +1215,7 @@ def _build_park():
                     O[(il & uint32(31)) * uint32(PS1) + jl] = v
 
     @_device
-    def write_half(Pf, O, base, M, rows, col_ok, t):
+    def write_half(Pf, O, base, M, NM, rows, col_ok, t):
         """Write the half-tile's first ``rows`` rows as whole rows: thread t writes column
         ``t % PS`` of rows ``t // PS + 2 u`` to ``Pf[base + (t // PS + 2 u) M]``."""
         r = t >> 6
@@ -1222,26 +1223,33 @@ def _build_park():
         dst = base + r * M
         if col_ok:
             while r < rows:
-                Pf[dst] = O[src]
+                if words:
+                    v = O[src]
+                    hi = float32(v)
+                    Pf[dst + NM] = hi
+                    Pf[dst] = float32(v - float64(hi))
+                else:
+                    Pf[dst] = O[src]
                 r += uint32(2)
                 src += uint32(2 * PS1)
                 dst += 2 * M
 
     @_device
-    def epilogue(Pf, O, acc, nrm, ra, cb, base, M, rows, col_ok, t, w):
+    def epilogue(Pf, O, acc, nrm, ra, cb, base, M, NM, rows, col_ok, t, w):
         """The tile out through ``O``, 32 rows (two warps' quarters) at a time."""
         for half in range(2):
             if (w >> 1) == half:
                 put_half(O, acc, nrm, ra, cb)
             cuda.syncthreads()
             r_half = uint32(min(max(rows - 32 * half, 0), 32))
-            write_half(Pf, O, base + 32 * half * M, M, r_half, col_ok, t)
+            write_half(Pf, O, base + 32 * half * M, M, NM, r_half, col_ok, t)
             cuda.syncthreads()
 
     @_kernel
     def park(X, Y, Pf, N, M):
-        """X (B, N, D), Y (B, M, D) -> P[:, 0] = squared distances (float64), with ``Pf`` the
-        flat view of P (B, 2, N, M); one block per (pair, row tile, column tile),
+        """X (B, N, D), Y (B, M, D) -> P[:, 0] = squared distances (float64 P), or P[:, 1]
+        and P[:, 0] = their float32 high and low parts (float32 P, ``words``), with ``Pf``
+        the flat view of P (B, 2, N, M); one block per (pair, row tile, column tile),
         ``B * nti * ntj`` blocks."""
         D = X.shape[2]
         nti = (N + PS - 1) // PS
@@ -1314,70 +1322,18 @@ def _build_park():
         rows = min(PS, N - i0)
         col_ok = j0 + (t & uint32(PS - 1)) < M
         base = ((2 * b) * N + i0) * M + j0 + (t & uint32(PS - 1))
-        epilogue(Pf, O, acc, nrm, ra, cb, base, M, rows, col_ok, t, w)
+        epilogue(Pf, O, acc, nrm, ra, cb, base, M, N * M, rows, col_ok, t, w)
 
     return park
-
-
-@_device
-def _warp_sum_gpu(v, red):
-    for off in (16, 8, 4, 2, 1):
-        v += cuda.shfl_xor_sync(FULL_MASK, v, off)
-    return v
-
-
-@_device
-def _warp_sum_sim(v, red):
-    red[cuda.threadIdx.x] = v
-    cuda.syncthreads()
-    t = 0.0
-    for q in range(TB):
-        t += red[q]
-    return t
-
-
-_warp_sum = _warp_sum_sim if SIMULATED else _warp_sum_gpu
-
-
-def _build_norms():
-    """The squared norms that the ``plane`` forward adds to the dot products."""
-
-    @cuda.jit
-    def sqnorms(X, Y, out):
-        """``out[b, r]`` (B, N + M) float32 = ``|X[b, r]|^2`` for ``r < N``, else
-        ``|Y[b, r - N]|^2``; X (B, N, D), Y (B, M, D) float32.  One block (one warp) per row,
-        lanes striding over the features, the sum in float64 and rounded once."""
-        N = X.shape[1]
-        NM = out.shape[1]
-        D = X.shape[2]
-        lane = cuda.threadIdx.x
-        t = cuda.blockIdx.x
-        b = t // NM
-        r = t - b * NM
-        red = cuda.shared.array(TB, float64)  # (the simulator's reduction)
-        acc = 0.0
-        if r < N:
-            for d in range(lane, D, TB):
-                v = float64(X[b, r, d])
-                acc += v * v
-        else:
-            for d in range(lane, D, TB):
-                v = float64(Y[b, r - N, d])
-                acc += v * v
-        acc = _warp_sum(acc, red)
-        if lane == 0:
-            out[b, r] = float32(acc)
-
-    return sqnorms
 
 
 #: Kernels by (mode, float32, busy) and (float32, busy); compiled on first use.
 _FORWARD_KINDS = ((COST, False), (COST, True), (FUSED, False), (FUSED, True))
 FORWARD = {
     (m, q, busy): _build_forward(m, q, busy)
-    for m, q in (*_FORWARD_KINDS, (SPLIT, False), (PLANE, True))
+    for m, q in (*_FORWARD_KINDS, (SPLIT, False), (HILO, True))
     for busy in (False, True)
 }
 BACKWARD = {(q, busy): _build_backward(q, busy) for q in (False, True) for busy in (False, True)}
-PARK = _build_park()
-NORMS = _build_norms()
+PARK = _build_park(False)
+PARK32 = _build_park(True)
