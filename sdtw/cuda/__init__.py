@@ -11,12 +11,13 @@ Memory model of one training step, per pair, with ``s`` = 4 bytes (float32 input
 buffer                        size                       lifetime
 ============================  =========================  ====================================
 weights ``P``                 ``2 s N M``                forward -> end of backward
-fused distances               0 (in ``P``)               forward: each cell's distance sits
-                                                         in ``P`` (float32: plane 1, from a
-                                                         float32 batched matmul; float64:
-                                                         plane 0, from the park kernel)
-                                                         until the DP overwrites it with
-                                                         that cell's weights
+fused distances               0 (in ``P``)               forward: each cell's float64
+                                                         distance, from the park kernel,
+                                                         sits in ``P`` (float64: plane 0;
+                                                         float32: its float32 high and low
+                                                         parts in planes 1 and 0) until the
+                                                         DP overwrites it with that cell's
+                                                         weights
 ``E`` (gradient wrt cost)     0 (written into ``P``)     backward
 boundary rows ``Rb``/``Gb``   ``8 ceil(N/32) (M + 1)``   one pass (about ``N M / 4`` bytes;
                                                          the ticket counter is its last element)
@@ -28,8 +29,7 @@ cost (unfused only)           ``s N M`` (caller's)       caller
 So a fused float32 step peaks near ``8 N M`` bytes per pair (+3%), an unfused one near
 ``12 N M``; a forward without gradient stores no (N, M) buffer at all (fused, it computes
 the distances inside the DP kernel).  Launches: a forward is one Numba kernel (fused with
-gradients, float32: plus one cuBLAS matmul; float64: plus the park kernel), a backward one,
-whatever N and M.
+gradients: two, the park kernel first), a backward one, whatever N and M.
 """
 
 from __future__ import annotations

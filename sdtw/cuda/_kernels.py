@@ -57,12 +57,13 @@ cell, the soft-min *weights* of its three predecessors
 computed from *differences of neighbouring R values in float64*, and the backward is the pure
 linear recursion ``E[p] = sum_s E[s] p_s(p)`` over successors ``s``.  All DP arithmetic is
 float64 whatever the input dtype (Hopper runs float64 at half the float32 rate); only the stored
-weights take the input's precision (float32 weights have relative error 6e-8).  Costs take the
-input's precision too: a float32 cost (the caller's, or the fused path's float32 matmul) has
-rounding errors of ~1e-7 of ``|x|^2 + |y|^2``, which the weights see divided by gamma (at
-B = 4, N = 512, D = 64, randn: gradients within ~1e-5 of float64 for gamma down to 1e-4).
-The fused forward without gradients and the float64 park compute float64 dot products
-``|x|^2 + |y|^2 - 2 x.y`` with float64 norms.
+weights take the input's precision (float32 weights have relative error 6e-8).  The fused
+distances are float64 whatever the input dtype (the park's float64 tensor-core products, or
+the no-gradient forward's own): ``|x|^2 + |y|^2 - 2 x.y`` with float64 norms.  An unfused
+cost keeps the caller's precision: a float32 cost has rounding errors of ~1e-7 of
+``|x|^2 + |y|^2``, which the weights see divided by gamma (at B = 4, N = 512, D = 64, randn:
+gradients typically within ~1e-5 of the float64 result from x and y, but up to ~1e-3 where
+two paths are tied to within that rounding at gamma = 1e-3).
 
 Memory
 ------
