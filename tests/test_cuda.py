@@ -133,6 +133,43 @@ def test_sim_launches_per_pass(rng, fused, dtype, forward_launches):
 
 @requires_sim
 @pytest.mark.cudasim
+def test_launch_parameter_buffer():
+    """The fast launch's parameter packing (used on a GPU, where every kernel test goes
+    through it; here on its own): Numba's flattening of the arguments, the buffer layout from
+    the driver's (offset, size) list, and one buffer per thread."""
+    import struct
+    import threading
+
+    import numpy as np
+
+    from sdtw.cuda import _launch
+
+    t = torch.zeros(2, 3, dtype=torch.float32)
+    flat = _launch._flatten((t, 5, 0.5, True))
+    assert flat == [0, 0, 6, 4, t.data_ptr(), 2, 3, 12, 4, 5, 0.5, True]
+    fmt = _launch._param_format(flat, [(8 * k, 8) for k in range(11)] + [(88, 1)])
+    buf = bytearray(fmt.size)
+    fmt.pack_into(buf, 0, *flat)
+    assert fmt.size == 89 and buf[88] == 1
+    assert struct.unpack_from("<q", buf, 72)[0] == 5
+    assert struct.unpack_from("<d", buf, 80)[0] == 0.5
+    assert _launch._param_format([True, 7], [(0, 1), (8, 8)]).size == 16  # aligned after a bool
+    with pytest.raises(ValueError):
+        _launch._param_format([1.0], [(0, 4)])  # a 4-byte parameter for a double
+    with pytest.raises(ValueError):
+        _launch._param_format([1, 2], [(0, 8)])  # more values than parameters
+    with pytest.raises(TypeError):
+        _launch._flatten((np.int64(3),))
+    params = _launch._ParamBuffer(16)
+    other = []
+    worker = threading.Thread(target=lambda: other.append(params.buf))
+    worker.start()
+    worker.join()
+    assert other[0] is not params.buf and len(other[0]) == len(params.buf) == 16
+
+
+@requires_sim
+@pytest.mark.cudasim
 @pytest.mark.parametrize("B,N,M,D", [(1, 33, 40, 70), (2, 5, 7, 3)])
 def test_sim_fused_no_grad(rng, B, N, M, D):
     """Without gradients the fused forward computes the distances in the DP kernel itself (no

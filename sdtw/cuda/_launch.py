@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
+import threading
 import warnings
 from collections import Counter
 
@@ -109,7 +110,8 @@ class _Launcher:
             if entry is None and not K.SIMULATED:
                 self.cache[key] = self._find(conv, args)
             return
-        launch, handle, fmt, buf, extra, _ = entry
+        launch, handle, fmt, params = entry
+        buf, extra = params.buf, params.extra  # this thread's own buffer
         fmt.pack_into(buf, 0, *_flatten(args))
         rc = launch(handle, grid, 1, 1, block, 1, 1, 0, stream_ptr, None, extra)
         if rc == _CUDA_ERROR_INVALID_CONTEXT:  # a thread with no current context yet
@@ -131,17 +133,7 @@ class _Launcher:
             core_kernel = kern._codelibrary.get_cufunc().kernel
             layout = [(p.offset, p.size) for p in core_kernel.arguments_info]
             fmt = _param_format(_flatten(args), layout)
-            buf = ctypes.create_string_buffer(max(fmt.size, 8))
-            size = ctypes.c_size_t(fmt.size)
-            extra = (ctypes.c_void_p * 5)(
-                _CU_LAUNCH_PARAM_BUFFER_POINTER,
-                ctypes.addressof(buf),
-                _CU_LAUNCH_PARAM_BUFFER_SIZE,
-                ctypes.addressof(size),
-                _CU_LAUNCH_PARAM_END,
-            )
-            # (the entry keeps buf and size alive: extra holds their addresses)
-            return _driver_launch(), int(core_kernel.handle), fmt, buf, extra, size
+            return _driver_launch(), int(core_kernel.handle), fmt, _ParamBuffer(fmt.size)
         except Exception as exc:  # numba-cuda internals or the driver differ: regular path
             if not _Launcher.warned:
                 _Launcher.warned = True
@@ -152,6 +144,23 @@ class _Launcher:
                     stacklevel=4,
                 )
             return False
+
+
+class _ParamBuffer(threading.local):
+    """A parameter buffer and the ``extra`` array that hands it to ``cuLaunchKernel``, one
+    per thread (ctypes releases the GIL during the driver call, so two threads launching
+    the same kernel, e.g. under ``nn.DataParallel``, must not share one)."""
+
+    def __init__(self, size: int) -> None:
+        self.buf = ctypes.create_string_buffer(max(size, 8))
+        self.size = ctypes.c_size_t(size)
+        self.extra = (ctypes.c_void_p * 5)(  # holds raw addresses: self keeps both alive
+            _CU_LAUNCH_PARAM_BUFFER_POINTER,
+            ctypes.addressof(self.buf),
+            _CU_LAUNCH_PARAM_BUFFER_SIZE,
+            ctypes.addressof(self.size),
+            _CU_LAUNCH_PARAM_END,
+        )
 
 
 def _flatten(args: tuple) -> list:
