@@ -29,9 +29,9 @@ staged features) after the current chunk's steps, so it needs no (N, M) buffer a
 gradients the weights buffer ``P`` is there anyway, so the fused forward first puts each
 cell's float64 distance in it (from a tiled product on the float64 tensor cores,
 :func:`_build_park`: float64 inputs into plane 0, mode ``split``; float32 inputs as a float32
-high part in plane 1 and low part in plane 0, mode ``hilo``) and the DP reads them from there like a
-cost, overwriting each with its weights: the dot products then run at full rate instead of
-inside the DP's latency-bound warps.
+high part in plane 1 and low part in plane 0, mode ``hilo``) and the DP reads them from there
+like a cost, overwriting each with its weights: the dot products then run at full rate
+instead of inside the DP's latency-bound warps.
 
 Lane 0 takes the row above the band from the boundary buffer ``Rb`` that the band above writes
 (per step, or a group of ``G`` columns at a time from shared memory: see
