@@ -10,7 +10,7 @@ sequences, with the weights normalised to sum to one:
 
 All K objectives are evaluated together: every (group, sequence) pair of one length goes into
 one batched :func:`sdtw.softdtw` call (``Z`` is gathered per pair), so an iteration costs one
-forward pass (one Numba launch; two when fused with float64 inputs, see :mod:`sdtw.cuda`)
+forward pass (one Numba launch; two when fused, the park kernel first, see :mod:`sdtw.cuda`)
 and one backward launch per *distinct input length*, never a padded sequence.  The
 objectives are separable, so ``sum_k F_k`` has gradient ``dF_k / dZ_k`` in block ``k``; Adam
 is element-wise and clipping and early stopping are applied per group, so K groups in one call
