@@ -242,8 +242,7 @@ def test_gpu_float32_accuracy_paper_case(rng, gamma, fused):
     go = randn(rng, 4, dtype=torch.float32, device="cuda")
     if fused:
         ins = (x.requires_grad_(), y.requires_grad_())
-        refs = (x.detach().cpu().double().requires_grad_(), y.detach().cpu().double())
-        refs[1].requires_grad_()
+        refs = tuple(t.detach().cpu().double().requires_grad_() for t in ins)
         vr = sdtw.softdtw(*refs, gamma=gamma, backend="cpu")
         v = sdtw.softdtw(*ins, gamma=gamma, fused=True, backend="cuda")
     else:

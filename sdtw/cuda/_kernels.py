@@ -637,13 +637,13 @@ def _build_forward(mode: str, fast: bool, busy: bool):
       cell's float64 squared distance held as two float32 parts, the high part
       ``float32(d)`` in plane 1 and the rest ``float32(d - hi)`` in plane 0 (written by the
       park kernel's float32 variant; together good to ~1e-14 relative).  The staging adds
-      them in float64.  The weights are written through ``X`` (the launcher passes
-      placeholders for ``P`` and ``Y``: no two arguments alias, which the simulator,
-      copying each argument in and back out in turn, requires).
+      them in float64.
 
     In both last modes a band reads its cells' distances before it writes the same cells'
     weights over them, so the distances take no memory beyond ``P``: the fused forward with
-    gradients.
+    gradients.  The weights are written through ``X`` (the launcher passes placeholders for
+    ``P`` and ``Y``: no two arguments alias, which the simulator, copying each argument in
+    and back out in turn, requires).
 
     ``fast`` selects float32 transcendentals (:func:`_softmin3_fast`), used for float32
     inputs; float64 inputs get float64 throughout.  ``busy`` selects the boundary-row style
@@ -653,6 +653,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
     fused = mode == FUSED
     split = mode == SPLIT
     hilo = mode == HILO
+    parked = split or hilo  # X is P, holding the park kernel's distances
     softmin3 = _softmin3_fast if fast else _softmin3
     handoff, flush_rest, poll = _build_handoff(busy)
     # The staged block holds the cost and then the weights.  float32 suffices when both are
@@ -697,8 +698,8 @@ def _build_forward(mode: str, fast: bool, busy: bool):
     @_device
     def write_w(X, P, blk, wup, b, i, j, r, sl):
         """Write cell (i, j)'s weights (row ``r`` of the band, ring slot ``sl``) to ``P``
-        (mode ``hilo``: through ``X``, which is P)."""
-        if hilo:
+        (modes ``split``, ``hilo``: through ``X``, which is P)."""
+        if parked:
             X[b, 0, i, j] = blk[0, r, sl]
             X[b, 1, i, j] = wup[r, sl]
         else:

@@ -307,8 +307,7 @@ def forward(
         _launcher(park)(tiles, K.PARK_THREADS, streams, a, y, P.view(-1), N, M)
         launch_counts["forward"] += 1
         mode, src = (K.HILO if fast else K.SPLIT), P
-        if fast:
-            p_arg = _placeholder((1, 2, 1, 1), sdt, dev)
+        p_arg = _placeholder((1, 2, 1, 1), sdt, dev)  # (the weights go through X)
         src2 = _placeholder((1, 1, 1, 1), sdt, dev)  # Y: unused
     elif fused:
         mode, src2 = K.FUSED, y
