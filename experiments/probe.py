@@ -11,7 +11,9 @@ training step; ``--memory``: a step's peak memory split into forward and backwar
 ``--profile``: cProfile and torch.profiler of one; ``--bscan``: time against batch size at
 N = 1024; ``--ncu``: a few steps at B = 32, N = 1024 to run under Nsight Compute
 (``--ncu-band``: one band's forward, B = 1, N = 32, M = 8192);
-``--kernels``: each kernel's GPU time in a training step at B = 32, N = 1024 (torch.profiler).
+``--kernels [N]``: each kernel's GPU time in a training step at B = 32, N = 1024 (or N)
+(torch.profiler); ``--trace OUTDIR``: Chrome traces (host and GPU timelines) of a few training
+steps at B = 32, D = 64, N in 128, 512, 1024, one JSON file per case in OUTDIR.
 """
 
 from __future__ import annotations
@@ -279,6 +281,37 @@ def kernels(N: int = 1024, B: int = 32, D: int = 64, steps: int = 5) -> None:
         )
 
 
+def trace(out: str, B: int = 32, D: int = 64, steps: int = 4) -> None:
+    """Chrome traces (``chrome://tracing`` / Perfetto) of ``steps`` training steps per case,
+    host (both threads: the autograd engine runs the backward on its own) and GPU: where the
+    GPU waits for the host.  Files ``trace-N<N>-<fused|unfused>.json`` in ``out``."""
+    import os
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    os.makedirs(out, exist_ok=True)
+    for N, fused in ((512, True), (512, False), (1024, True), (128, True)):
+        x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+        y = torch.randn(B, N, D, device="cuda", requires_grad=True)
+
+        def step(fused=fused, x=x, y=y):
+            sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum().backward()
+            x.grad = y.grad = None
+
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+            for _ in range(steps):
+                torch.cuda.synchronize()
+                step()
+            torch.cuda.synchronize()
+        name = f"trace-N{N}-{'fused' if fused else 'unfused'}.json"
+        tp.export_chrome_trace(os.path.join(out, name))
+        print(f"wrote {name}", flush=True)
+
+
 def _no_grad(x, y, fused):
     with torch.no_grad():
         return sdtw.softdtw(x, y, backend="cuda", fused=fused)
@@ -309,7 +342,11 @@ def main() -> None:
         ncu_case()
         return
     if "--kernels" in sys.argv:
-        kernels()
+        rest = sys.argv[sys.argv.index("--kernels") + 1 :]
+        kernels(int(rest[0])) if rest else kernels()
+        return
+    if "--trace" in sys.argv:
+        trace(sys.argv[sys.argv.index("--trace") + 1])
         return
     for B, N, M in [(1, 32, 8192), (1, 64, 8192), (1, 256, 8192), (1, 2048, 2048)]:
         print(bands(B, N, M), flush=True)
