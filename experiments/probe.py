@@ -13,7 +13,9 @@ N = 1024; ``--ncu``: a few steps at B = 32, N = 1024 to run under Nsight Compute
 (``--ncu-band``: one band's forward, B = 1, N = 32, M = 8192);
 ``--kernels [N]``: each kernel's GPU time in a training step at B = 32, N = 1024 (or N)
 (torch.profiler); ``--trace OUTDIR``: Chrome traces (host and GPU timelines) of a few training
-steps at B = 32, D = 64, N in 128, 512, 1024, one JSON file per case in OUTDIR.
+steps at B = 32, D = 64, N in 128, 512, 1024, one JSON file per case in OUTDIR;
+``SDTW_TIMING=1 ... --lag``: from per-block timer stamps (``sdtw.cuda._kernels.TIMING``),
+how far each band runs behind the one it reads from, and the time per step.
 """
 
 from __future__ import annotations
@@ -312,6 +314,55 @@ def trace(out: str, B: int = 32, D: int = 64, steps: int = 4) -> None:
         print(f"wrote {name}", flush=True)
 
 
+def _stamps_summary(hand: torch.Tensor, B: int, N: int, M: int) -> str:
+    """Lag between consecutive bands (by ticket order) and time per step, from one launch's
+    stamps (see :data:`sdtw.cuda._kernels.TIMING`)."""
+    from sdtw.cuda import _kernels as K
+
+    nb = -(-N // K.TB)
+    st = hand[-1 - K.STAMPS * B * nb : -1].view(nb, B, K.STAMPS).double().cpu() / 1e3  # us
+    steps = -(-(M + K.TB - 1) // K.TW) * K.TW
+    t0 = st[:, :, 0].min()
+    span = st[:, :, 2].max() - t0
+    lag = (st[1:, :, 1] - st[:-1, :, 1]).median().item() if nb > 1 else float("nan")
+    step = ((st[:, :, 2] - st[:, :, 1]) / steps).median().item()
+    wait = (st[1:, :, 1] - st[1:, :, 0]).median().item() if nb > 1 else 0.0
+    last = (st[-1, :, 2] - t0).median().item()
+    return (
+        f"span {span:8.1f} us  lag {lag:6.2f} us = {lag / step:5.1f} steps  step {step:.4f} us  "
+        f"first-row wait {wait:7.1f} us  last band done {last:8.1f} us"
+    )
+
+
+def lag(D: int = 64) -> None:
+    """Band-to-band lag and time per step of the forward and backward kernels (needs
+    ``SDTW_TIMING=1``): the critical path of a DP pass is about ``(nb - 1) lag + steps``."""
+    from sdtw.cuda import _kernels as K
+    from sdtw.cuda import _launch
+
+    if not K.TIMING:
+        raise SystemExit("--lag needs SDTW_TIMING=1 in the environment")
+    for B, N, fused in (
+        (1, 1024, False),
+        (32, 512, True),
+        (16, 1024, True),
+        (32, 1024, True),
+        (32, 1024, False),
+        (1, 4096, True),
+    ):
+        x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+        y = torch.randn(B, N, D, device="cuda")
+        for _ in range(2):  # the second run is the one summarised
+            _launch.timing_buffers.clear()
+            sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum().backward()
+            x.grad = None
+            torch.cuda.synchronize()
+        for kind, hand in zip(("forward", "backward"), _launch.timing_buffers, strict=True):
+            print(
+                f"B={B} N={N} fused={fused} {kind:8}: {_stamps_summary(hand, B, N, N)}", flush=True
+            )
+
+
 def _no_grad(x, y, fused):
     with torch.no_grad():
         return sdtw.softdtw(x, y, backend="cuda", fused=fused)
@@ -344,6 +395,9 @@ def main() -> None:
     if "--kernels" in sys.argv:
         rest = sys.argv[sys.argv.index("--kernels") + 1 :]
         kernels(int(rest[0])) if rest else kernels()
+        return
+    if "--lag" in sys.argv:
+        lag()
         return
     if "--trace" in sys.argv:
         trace(sys.argv[sys.argv.index("--trace") + 1])

@@ -322,6 +322,42 @@ def _poll_relaxed(hand, idx):
     return _ld_relaxed(hand, idx)
 
 
+#: Development switch (``SDTW_TIMING=1`` in the environment before the first launch): the
+#: forward and backward kernels write ``%globaltimer`` stamps (ns) per block into the tail of
+#: their boundary buffer, for ``python -m experiments.probe --lag``.  Off, they compile to
+#: nothing.  Stamps per block, by ticket: ticket taken, first group of the neighbouring
+#: band's row received, last step done.
+TIMING = os.environ.get("SDTW_TIMING", "0") == "1" and not SIMULATED
+STAMPS = 3
+
+
+def _globaltimer_intrinsic():
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def globaltimer(typingctx):
+        def codegen(context, builder, signature, args):
+            fty = ir.FunctionType(ir.IntType(64), [])
+            return builder.asm(fty, "mov.u64 $0, %globaltimer;", "=l", [], True)
+
+        return types.int64(), codegen
+
+    return globaltimer
+
+
+if TIMING:
+    _globaltimer = _globaltimer_intrinsic()
+
+
+@_device
+def _stamp(hand, t, q, nblk):
+    """Stamp ``q`` of the block with ticket ``t`` (of ``nblk``), if ``TIMING`` (lane 0)."""
+    if TIMING and cuda.threadIdx.x == 0:
+        hand[hand.shape[0] - 1 - STAMPS * nblk + STAMPS * t + q] = _globaltimer()
+
+
 @_device
 def _take_ticket(hand, tk):
     """This block's ticket: the boundary buffer's last element counts up from ``SENTINEL``."""
@@ -776,6 +812,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         scale = LOG2E / gamma  # R' = R log2(e) / gamma: see _softmin3
         tk = cuda.shared.array(1, int32)
         t = _take_ticket(Rb, tk)
+        _stamp(Rb, t, 0, B * nb)
         k = t // B
         b = t - k * B
         i0 = k * TB
@@ -871,6 +908,8 @@ def _build_forward(mode: str, fast: bool, busy: bool):
             sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
             pref = handoff(Rb, above, j0, M, pref, grp, INF, has, pubs, own, True, plag)
+            if TIMING and c == 0:
+                _stamp(Rb, t, 1, B * nb)
             st = group(blk, wup, pb, tid, j0, grp, st, lead, width, pub, scale, xch)
             pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has, pubs, own, True, plag)
             st = group(blk, wup, pb, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
@@ -903,6 +942,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
                 # chunk c + 1's distances, into chunk c - 1's slots (written out just above)
                 distances(acc, yy, xn, blk, i0, N, M, jn0 + tid, scale)
         flush_rest(Rb, pubs, own, nchunks * TW, M, True, plag)
+        _stamp(Rb, t, 2, B * nb)
         if i == N - 1:  # the publishing lane of the last band: its own shared store
             out[b] = pubs[ring(M - 1 + plag)] * (gamma * LN2)
         if store:
@@ -1001,6 +1041,7 @@ def _build_backward(fast: bool, busy: bool):
         zero = blk_t(0.0)
         tk = cuda.shared.array(1, int32)
         t = _take_ticket(Gb, tk)
+        _stamp(Gb, t, 0, B * nb)
         kr = t // B
         k = nb - 1 - kr
         b = t - kr * B
@@ -1050,6 +1091,8 @@ def _build_backward(fast: bool, busy: bool):
             sync_band()
             # TW // G = 4 groups, unrolled as in the forward
             pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1)
+            if TIMING and c == 0:
+                _stamp(Gb, t, 1, B * nb)
             st = group(blk, pb, tid, s0c, grp, st, lag, width, pub, xch)
             pref = handoff(
                 Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
@@ -1068,6 +1111,7 @@ def _build_backward(fast: bool, busy: bool):
                 write_e(P, blk, sums, b, i0, N, M, s0c - TW + tid, want_sums)
             sync_band()
         flush_rest(Gb, pubs, own, nchunks * TW, M, ups, TB - 1)
+        _stamp(Gb, t, 2, B * nb)
         write_e(P, blk, sums, b, i0, N, M, (nchunks - 1) * TW + tid, want_sums)
         if want_sums and i < N:
             sums[b, i] = st[3]

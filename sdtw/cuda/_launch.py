@@ -244,11 +244,20 @@ def _placeholder(shape: tuple, dtype: torch.dtype, device: torch.device) -> torc
     return t
 
 
+#: With ``K.TIMING``: each launch's boundary buffer, whose tail holds the blocks' stamps.
+timing_buffers: list[torch.Tensor] = []
+
+
 def _boundary(B: int, nb: int, M: int, device: torch.device) -> torch.Tensor:
     """Boundary rows between bands, (B, nb, M + 1) int64 float64 bits flattened, then one
     element for the blocks' ticket counter; all ``SENTINEL`` (one fill, no second buffer).
-    Row (b, k) is band k's last row; column ``M`` is padding."""
-    return torch.full((B * nb * (M + 1) + 1,), K.SENTINEL, dtype=torch.int64, device=device)
+    Row (b, k) is band k's last row; column ``M`` is padding.  (With ``K.TIMING``, the
+    blocks' stamps go between the rows and the counter.)"""
+    extra = K.STAMPS * B * nb if K.TIMING else 0
+    hand = torch.full((B * nb * (M + 1) + extra + 1,), K.SENTINEL, dtype=torch.int64, device=device)
+    if K.TIMING:
+        timing_buffers.append(hand)
+    return hand
 
 
 def forward(
