@@ -141,6 +141,9 @@ TB1 = TB + 2  # padded row (few bank conflicts on column writes; even, so 16-byt
 TW1 = TW + 1
 RING = 2 * TW  # ring of staged columns (two chunks)
 RING1 = RING + 1  # padded ring row (lanes' same-slot accesses in distinct banks)
+PO1 = TB * RING1  # size of one plane of a staged block (flat; the backward's second at PO1)
+PO2 = 2 * PO1
+PUBS = RING + TB  # a publishing ring and a spare slot per lane (see the steps)
 RMASK = uint32(RING - 1)
 G = 8  # boundary values handed between bands per group (TW a multiple; steps unrolled for 8)
 
@@ -307,6 +310,46 @@ def _ld_relaxed_sim(arr, idx):
 
 
 _ld_relaxed = _ld_relaxed_sim if SIMULATED else _ld_relaxed_intrinsic()
+
+
+def _st_if_intrinsic():
+    """``st_if(arr, idx, val, pred)``: ``arr[idx] = val`` (an int64 array) where ``pred``, as
+    one predicated store.  A step's publishing lane is one of the warp's 32: a branch around
+    its store made the warp diverge and reconverge at every step."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def st_if(typingctx, arr, idx, val, pred):
+        def codegen(context, builder, signature, args):
+            aryty = signature.args[0]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            ptr = cgutils.get_item_pointer(
+                context, builder, aryty, ary, [args[1]], wraparound=False
+            )
+            i32 = ir.IntType(32)
+            fty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(64), i32])
+            builder.asm(
+                fty,
+                "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p st.b64 [$0], $1; }",
+                "l,l,r",
+                [ptr, args[2], builder.zext(args[3], i32)],
+                True,
+            )
+            return context.get_dummy_value()
+
+        return types.none(arr, idx, types.int64, types.boolean), codegen
+
+    return st_if
+
+
+def _st_if_sim(arr, idx, val, pred):
+    if pred:
+        arr[idx] = val
+
+
+_st_if = _st_if_sim if SIMULATED else _st_if_intrinsic()
 
 
 @_device
@@ -544,60 +587,154 @@ def _build_handoff(busy: bool):
     return handoff, flush_rest, poll
 
 
+# Staging and write-out address a band through flat views of the global arrays that start at
+# the band's first row (``A[base:]``, one 64-bit base per band) with unsigned 32-bit offsets
+# ``row M + column`` (under ``32 M`` for any length), and the shared ring through flat
+# arrays (row ``r``, slot ``q`` at ``r RING1 + q``), so that each access costs an integer
+# multiply-add or two: the 2-D/3-D indexing they replace computed 64-bit strided offsets and
+# tested each row, about 50 instructions per row of a chunk's write-out in the sm_90 code
+# (ptxas 13.0), 60% of all the instructions a chunk issued.  Rows past the table's last read
+# (and write) the last row again, so the unconditional loads stay in bounds.
+
+
+def _u32_intrinsic():
+    """``u32(x)``: ``x`` truncated to an unsigned 32-bit value that the compiler must keep as
+    one (an inline-asm move).  Numba computes integer expressions in 64 bits and a truncation
+    followed by the index's zero-extension folds into a 64-bit mask, so without it a 32-bit
+    offset costs 64-bit multiply-adds and shifts; with it, offset arithmetic narrows to 32 bits
+    and the access is one wide multiply-add onto the base (see :func:`band_view`)."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def u32(typingctx, x):
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            v = builder.trunc(args[0], i32) if args[0].type.width > 32 else args[0]
+            return builder.asm(ir.FunctionType(i32, [i32]), "mov.b32 $0, $1;", "=r,r", [v], False)
+
+        return types.uint32(x), codegen
+
+    return u32
+
+
+def _u32_sim(x):
+    return uint32(x)
+
+
+u32 = _u32_sim if SIMULATED else _u32_intrinsic()
+
+
+def _band_view_intrinsic():
+    """``band_view(A, start)``: the 1-D array ``A`` from element ``start`` on (shape and
+    strides as ``A``'s: only ever indexed with non-negative offsets, no bounds checks), its data
+    pointer passed through inline asm (``cvta.to.global``) so that the compiler cannot fold
+    ``start`` back into each access's index: ``view[u32]`` is then one wide multiply-add of
+    the 32-bit offset onto a 64-bit base, where ``A[start + u32]`` costs a 64-bit add and a
+    64-bit shift-add."""
+    from llvmlite import ir
+    from numba.core import cgutils
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def band_view(typingctx, arr, start):
+        def codegen(context, builder, signature, args):
+            aryty = signature.args[0]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            ptr = cgutils.get_item_pointer(
+                context, builder, aryty, ary, [args[1]], wraparound=False
+            )
+            i64 = ir.IntType(64)
+            fty = ir.FunctionType(i64, [i64])
+            raw = builder.asm(
+                fty, "cvta.to.global.u64 $0, $1;", "=l,l", [builder.ptrtoint(ptr, i64)], False
+            )
+            # a global-space pointer, cast back to the generic one the array holds: the
+            # compiler infers the global space for the accesses (ld/st.global)
+            gptr = builder.inttoptr(raw, ir.PointerType(ptr.type.pointee, addrspace=1))
+            out = context.make_array(aryty)(context, builder)
+            context.populate_array(
+                out,
+                data=builder.addrspacecast(gptr, ptr.type),
+                shape=ary.shape,
+                strides=ary.strides,
+                itemsize=ary.itemsize,
+                meminfo=ary.meminfo,
+                parent=ary.parent,
+            )
+            return out._getvalue()
+
+        return arr(arr, start), codegen
+
+    return band_view
+
+
+def _band_view_sim(A, start):
+    return A[start:]
+
+
+band_view = _band_view_sim if SIMULATED else _band_view_intrinsic()
+
+
 @_device
-def _col8(A, r0, i0, N, jc):
-    """Rows ``i0 + r0 .. i0 + r0 + 7`` of column ``jc`` of the 2-D array ``A`` (rows clamped to
-    ``N - 1``): eight independent loads, issued back to back, into registers."""
-    n1 = N - 1
+def _ld8(A, off, M, rmax, r0):
+    """Rows ``min(r, rmax)``, ``r = r0 .. r0 + 7``, of column ``off`` of the band view ``A``
+    (rows ``M`` apart): eight independent loads, issued back to back, into registers."""
     return (
-        A[min(i0 + r0, n1), jc],
-        A[min(i0 + r0 + 1, n1), jc],
-        A[min(i0 + r0 + 2, n1), jc],
-        A[min(i0 + r0 + 3, n1), jc],
-        A[min(i0 + r0 + 4, n1), jc],
-        A[min(i0 + r0 + 5, n1), jc],
-        A[min(i0 + r0 + 6, n1), jc],
-        A[min(i0 + r0 + 7, n1), jc],
+        A[u32(off + min(r0, rmax) * M)],
+        A[u32(off + min(r0 + 1, rmax) * M)],
+        A[u32(off + min(r0 + 2, rmax) * M)],
+        A[u32(off + min(r0 + 3, rmax) * M)],
+        A[u32(off + min(r0 + 4, rmax) * M)],
+        A[u32(off + min(r0 + 5, rmax) * M)],
+        A[u32(off + min(r0 + 6, rmax) * M)],
+        A[u32(off + min(r0 + 7, rmax) * M)],
     )
 
 
 @_device
-def _put8(blk, plane, r0, v, i0, N, col_ok, base, sgn, zero):
-    """Store :func:`_col8`'s values of rows ``r0 ..`` in ring slots ``base + sgn * r`` of
-    ``blk[plane]`` (zero for rows past ``N - 1`` or a column that does not exist)."""
-    blk[plane, r0, ring(base + sgn * r0)] = v[0] if (col_ok and i0 + r0 < N) else zero
-    blk[plane, r0 + 1, ring(base + sgn * (r0 + 1))] = v[1] if (col_ok and i0 + r0 + 1 < N) else zero
-    blk[plane, r0 + 2, ring(base + sgn * (r0 + 2))] = v[2] if (col_ok and i0 + r0 + 2 < N) else zero
-    blk[plane, r0 + 3, ring(base + sgn * (r0 + 3))] = v[3] if (col_ok and i0 + r0 + 3 < N) else zero
-    blk[plane, r0 + 4, ring(base + sgn * (r0 + 4))] = v[4] if (col_ok and i0 + r0 + 4 < N) else zero
-    blk[plane, r0 + 5, ring(base + sgn * (r0 + 5))] = v[5] if (col_ok and i0 + r0 + 5 < N) else zero
-    blk[plane, r0 + 6, ring(base + sgn * (r0 + 6))] = v[6] if (col_ok and i0 + r0 + 6 < N) else zero
-    blk[plane, r0 + 7, ring(base + sgn * (r0 + 7))] = v[7] if (col_ok and i0 + r0 + 7 < N) else zero
-
-
-@_device
-def _col32(A, i0, N, jc):
-    """The band's 32 rows of column ``jc`` of ``A``: four :func:`_col8` loads."""
+def _ld32(A, off, M, rmax):
+    """The band's 32 rows of one column of ``A``: four :func:`_ld8` loads."""
     return (
-        _col8(A, 0, i0, N, jc),
-        _col8(A, 8, i0, N, jc),
-        _col8(A, 16, i0, N, jc),
-        _col8(A, 24, i0, N, jc),
+        _ld8(A, off, M, rmax, 0),
+        _ld8(A, off, M, rmax, 8),
+        _ld8(A, off, M, rmax, 16),
+        _ld8(A, off, M, rmax, 24),
     )
 
 
 @_device
-def _put32(blk, plane, v, i0, N, col_ok, base, sgn, zero):
-    """Store :func:`_col32`'s values (see :func:`_put8`)."""
-    _put8(blk, plane, 0, v[0], i0, N, col_ok, base, sgn, zero)
-    _put8(blk, plane, 8, v[1], i0, N, col_ok, base, sgn, zero)
-    _put8(blk, plane, 16, v[2], i0, N, col_ok, base, sgn, zero)
-    _put8(blk, plane, 24, v[3], i0, N, col_ok, base, sgn, zero)
+def _slot(po, r, base, sgn):
+    """Flat index of row ``r``'s ring slot ``ring(base + sgn r)`` in the plane at ``po``."""
+    return uint32(po + r * RING1) + ring(base + sgn * r)
+
+
+@_device
+def _st8(blk, po, v, r0, base, sgn):
+    """Store :func:`_ld8`'s values of rows ``r0 ..`` in their ring slots (see :func:`_slot`)."""
+    blk[_slot(po, r0, base, sgn)] = v[0]
+    blk[_slot(po, r0 + 1, base, sgn)] = v[1]
+    blk[_slot(po, r0 + 2, base, sgn)] = v[2]
+    blk[_slot(po, r0 + 3, base, sgn)] = v[3]
+    blk[_slot(po, r0 + 4, base, sgn)] = v[4]
+    blk[_slot(po, r0 + 5, base, sgn)] = v[5]
+    blk[_slot(po, r0 + 6, base, sgn)] = v[6]
+    blk[_slot(po, r0 + 7, base, sgn)] = v[7]
+
+
+@_device
+def _st32(blk, po, v, base, sgn):
+    """Store :func:`_ld32`'s values (see :func:`_st8`)."""
+    _st8(blk, po, v[0], 0, base, sgn)
+    _st8(blk, po, v[1], 8, base, sgn)
+    _st8(blk, po, v[2], 16, base, sgn)
+    _st8(blk, po, v[3], 24, base, sgn)
 
 
 @_device
 def _sum8(hi, lo):
-    """float64 sums of two :func:`_col8` loads (a distance's float32 high and low parts)."""
+    """float64 sums of two :func:`_ld8` loads (a distance's float32 high and low parts)."""
     return (
         float64(hi[0]) + float64(lo[0]),
         float64(hi[1]) + float64(lo[1]),
@@ -612,13 +749,45 @@ def _sum8(hi, lo):
 
 @_device
 def _sum32(hi, lo):
-    """:func:`_sum8` of two :func:`_col32` loads."""
+    """:func:`_sum8` of two :func:`_ld32` loads."""
     return (
         _sum8(hi[0], lo[0]),
         _sum8(hi[1], lo[1]),
         _sum8(hi[2], lo[2]),
         _sum8(hi[3], lo[3]),
     )
+
+
+# A float32 weight kept in a float64 slot of the staged block (modes whose block holds float64
+# distances and float32 weights) travels as its bits, not converted: two register moves
+# instead of two conversions (a 64-bit conversion is a quarter-rate instruction on the same
+# pipe as ex2/lg2, of which each step already issues five).
+
+
+@_device
+def _pack_gpu(x):
+    return libdevice.longlong_as_double(int64(libdevice.float_as_int(x)))
+
+
+@_device
+def _unpack_gpu(v):
+    return libdevice.int_as_float(int32(libdevice.double_as_longlong(v)))
+
+
+def _pack_sim(x):
+    import numpy as np
+
+    return np.int64(np.float32(x).view(np.int32)).view(np.float64)
+
+
+def _unpack_sim(v):
+    import numpy as np
+
+    return np.array([v], dtype=np.float64).view(np.float32)[0]
+
+
+pack_f32 = _pack_sim if SIMULATED else _pack_gpu
+unpack_f32 = _unpack_sim if SIMULATED else _unpack_gpu
 
 
 @_device
@@ -698,10 +867,20 @@ def _build_forward(mode: str, fast: bool, busy: bool):
     blk_t = float32 if (fast and mode == COST) else float64
     w_t = float32 if fast else float64  # the upper weights' own block (half size when fast)
     zero = blk_t(0)
+    packed = fast and blk_t == float64  # float32 p_diag kept as its bits (see pack_f32)
 
     @_device
-    def step(blk, wup, pb, tid, s, sl, top, st, lead, width, pub, scale, xch):
-        """One anti-diagonal step of one lane: column ``s - tid`` of its row, ring slot ``sl``.
+    def put_pd(pd):
+        return pack_f32(pd) if packed else blk_t(pd)
+
+    @_device
+    def get_pd(v):
+        return unpack_f32(v) if packed else v
+
+    @_device
+    def step(blk, wup, rowb, pb, tid, s, sl, top, st, lead, width, pub, scale, xch):
+        """One anti-diagonal step of one lane: column ``s - tid`` of its row (at ``rowb`` in
+        the flat blocks), ring slot ``sl``.
 
         ``st`` = (r_diag, r_left, up_next): R of the diagonal and left neighbours and what the
         lane above shuffled down last step; ``top`` is the row above the band at this column
@@ -712,35 +891,63 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         """
         r_diag, r_left, up_next = st
         if fused:
-            cost = blk[0, tid, sl]  # already scaled
+            cost = blk[rowb + sl]  # already scaled
         else:
-            cost = float64(blk[0, tid, sl]) * scale
+            cost = float64(blk[rowb + sl]) * scale
         m2 = _min2(r_diag, r_left)  # off the chain: known a step early
         mm2 = _min2(m2, BIG)
         up = top if tid == 0 else up_next
         rv, pd, pu = softmin3(r_diag, r_left, m2, mm2, up, cost)
         ok = below(s - lead, width)
         r = rv if ok else INF
-        blk[0, tid, sl] = blk_t(pd) if ok else zero
-        wup[tid, sl] = w_t(pu) if ok else w_t(0.0)
-        if pub:
-            pubs, hand, own, plag, M = pb
-            pubs[sl] = r  # (this lane's column s - tid; see _build_handoff)
-            if busy:
-                if below(s - plag, M):
-                    hand[uint64(own + s - plag)] = as_bits(r)
+        blk[rowb + sl] = put_pd(pd) if ok else zero
+        wup[rowb + sl] = w_t(pu) if ok else w_t(0.0)
+        # The publishing lane's value (this lane's column s - tid; see _build_handoff): into
+        # its shared ring (the other lanes to spare slots of their own), and, busy, to the
+        # boundary row (a predicated store: no branch).
+        pubs, hand, own, plag, M = pb
+        pubs[sl if pub else uint32(RING + tid)] = r
+        if busy:
+            _st_if(hand, uint64(own + s - plag), as_bits(r), pub & below(s - plag, M))
         return up, r, from_prev_lane(r, xch, s & 1)
 
     @_device
-    def write_w(X, P, blk, wup, b, i, j, r, sl):
-        """Write cell (i, j)'s weights (row ``r`` of the band, ring slot ``sl``) to ``P``
-        (modes ``split``, ``hilo``: through ``X``, which is P)."""
-        if parked:
-            X[b, 0, i, j] = blk[0, r, sl]
-            X[b, 1, i, j] = wup[r, sl]
-        else:
-            P[b, 0, i, j] = blk[0, r, sl]
-            P[b, 1, i, j] = wup[r, sl]
+    def wcell(w0, w1, blk, wup, jp, M, r):
+        """Write row ``r``'s weights of column ``jp`` to the band views ``w0`` (p_diag) and
+        ``w1`` (p_up) of ``P``'s two planes."""
+        sl = _slot(0, r, jp, 1)
+        d = u32(jp + r * M)
+        w0[d] = get_pd(blk[sl])
+        w1[d] = wup[sl]
+
+    @_device
+    def write8(w0, w1, blk, wup, jp, M, rmax, r0):
+        """Rows ``min(r, rmax)``, ``r = r0 .. r0 + 7`` (a row past the table writes the last
+        row's value again)."""
+        wcell(w0, w1, blk, wup, jp, M, min(r0, rmax))
+        wcell(w0, w1, blk, wup, jp, M, min(r0 + 1, rmax))
+        wcell(w0, w1, blk, wup, jp, M, min(r0 + 2, rmax))
+        wcell(w0, w1, blk, wup, jp, M, min(r0 + 3, rmax))
+        wcell(w0, w1, blk, wup, jp, M, min(r0 + 4, rmax))
+        wcell(w0, w1, blk, wup, jp, M, min(r0 + 5, rmax))
+        wcell(w0, w1, blk, wup, jp, M, min(r0 + 6, rmax))
+        wcell(w0, w1, blk, wup, jp, M, min(r0 + 7, rmax))
+
+    @_device
+    def write_w(w0, w1, blk, wup, jp, M, nr1):
+        """Column ``jp``'s weights of the band's rows, coalesced along columns; a full band
+        (``nr1 = TB - 1``) with constant row offsets."""
+        if jp < M:
+            if nr1 == TB - 1:
+                write8(w0, w1, blk, wup, jp, M, TB - 1, 0)
+                write8(w0, w1, blk, wup, jp, M, TB - 1, 8)
+                write8(w0, w1, blk, wup, jp, M, TB - 1, 16)
+                write8(w0, w1, blk, wup, jp, M, TB - 1, 24)
+            else:
+                write8(w0, w1, blk, wup, jp, M, nr1, 0)
+                write8(w0, w1, blk, wup, jp, M, nr1, 8)
+                write8(w0, w1, blk, wup, jp, M, nr1, 16)
+                write8(w0, w1, blk, wup, jp, M, nr1, 24)
 
     @_device
     def stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh):
@@ -766,20 +973,21 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         return yy + yv * yv
 
     @_device
-    def group(blk, wup, pb, tid, s0, grp, st, lead, width, pub, scale, xch):
-        """The G (= 8) steps of one group, unrolled by hand: constant slot offsets, and the row
-        above read into registers up front, off the steps' dependency chain."""
-        sb = ring(s0)  # a multiple of G: the group's slots are sb .. sb + G - 1
+    def group(blk, wup, rowb, pb, tid, s0, grp, st, lead, width, pub, scale, xch):
+        """The G (= 8) steps of one group, unrolled by hand: constant slot offsets from the
+        lane's row ``rowb``, and the row above read into registers up front, off the steps'
+        dependency chain."""
+        sb = ring(s0)  # s0 a multiple of G: the group's slots are sb .. sb + G - 1
         t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
         t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
-        st = step(blk, wup, pb, tid, s0, sb, t0, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pb, tid, s0 + 1, sb + 1, t1, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pb, tid, s0 + 2, sb + 2, t2, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pb, tid, s0 + 3, sb + 3, t3, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pb, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pb, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, pb, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
-        return step(blk, wup, pb, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, rowb, pb, tid, s0, sb, t0, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, rowb, pb, tid, s0 + 1, sb + 1, t1, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, rowb, pb, tid, s0 + 2, sb + 2, t2, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, rowb, pb, tid, s0 + 3, sb + 3, t3, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, rowb, pb, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, rowb, pb, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
+        st = step(blk, wup, rowb, pb, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
+        return step(blk, wup, rowb, pb, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
 
     @_device
     def distances(acc, yy, xn, blk, i0, N, M, jl, scale):
@@ -788,7 +996,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         for r in range(TB):
             v = xn[r] + yy - 2.0 * acc[r]
             v = max(v, 0.0) * scale
-            blk[0, r, ring(jl + r)] = v if (i0 + r < N and jl < M) else 0.0
+            blk[_slot(0, r, jl, 1)] = v if (i0 + r < N and jl < M) else 0.0
 
     @_kernel
     def forward(X, Y, N, M, D, gamma, lo, hi, P, Rb, out, store):
@@ -797,7 +1005,8 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         cost:  X = cost (B, N, M), Y unused.
         fused: X (B, N, D), Y (B, M, D); the squared norms are computed here (float64).
         split, hilo: X = P holding the distances (see :func:`_build_forward`), Y unused.
-        P (B, 2, N, M) weights (written iff ``store``), Rb int64 boundary rows (B, nb, M + 1)
+        cost, split and hilo get X flat (``X.view(-1)``).
+        P (B, 2, N, M) weights, flat (written iff ``store``), Rb int64 boundary rows (B, nb, M + 1)
         flattened, plus one element, the ticket counter (float64 bits / counter, all
         pre-filled with ``SENTINEL``), out (B,) loss (any float dtype).
 
@@ -828,10 +1037,11 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         # row N - 1, is where the loss is read at the end).
         plag = min(TB - 1, N - 1 - i0)  # the lane of the band's last row publishes it
         pub = tid == plag
-        blk = cuda.shared.array((1, TB, RING1), blk_t)  # cost, then p_diag
-        wup = cuda.shared.array((TB, RING1), w_t)  # p_up
+        blk = cuda.shared.array(PO1, blk_t)  # cost, then p_diag; row r at r RING1
+        wup = cuda.shared.array(PO1, w_t)  # p_up
+        rowb = uint32(tid * RING1)  # this lane's row
         grp = cuda.shared.array(G, float64)
-        pubs = cuda.shared.array(RING, float64)  # the band's last row, until published
+        pubs = cuda.shared.array(PUBS, float64)  # the band's last row (+ spare slots)
         xch = cuda.shared.array((2, TB), float64)
         acc = cuda.local.array(TB, float64)  # products of the next chunk's distances (fused)
         if fused:
@@ -871,21 +1081,27 @@ def _build_forward(mode: str, fast: bool, busy: bool):
                 for e in range(DC):
                     yy = products(acc, xsh, ysh, e, tid, yy)
             distances(acc, yy, xn, blk, i0, N, M, tid, scale)
-        else:
+        # Band views (see _ld8): the weights' two planes, and where the costs come from.
+        row0 = (2 * b * N + i0) * M  # P[b, 0, i0, 0] (flat)
+        nr1 = uint32(min(TB, N - i0) - 1)  # the band's last row
+        Wf = X if parked else P
+        w0 = band_view(Wf, row0)
+        w1 = band_view(Wf, row0 + N * M)
+        if not fused:
             if split:
-                Xb = X[b, 0]  # this pair's distances
+                Xb = w0  # this pair's distances (plane 0)
                 Xlo = Xb
             elif hilo:
-                Xb = X[b, 1]  # the distances' high parts
-                Xlo = X[b, 0]  # and their low parts
+                Xb = w1  # the distances' high parts (plane 1)
+                Xlo = w0  # and their low parts (plane 0)
             else:
-                Xb = X[b]  # this pair's (N, M) cost
+                Xb = band_view(X, (b * N + i0) * M)  # the band's rows of the cost
                 Xlo = Xb
-            Yb = Xb
-            jn = min(tid, M - 1)
-            a = _col32(Xb, i0, N, jn)
+            Mu = uint32(M)
+            jn = uint32(min(tid, M - 1))
+            a = _ld32(Xb, jn, Mu, nr1)
             if hilo:
-                a2 = _col32(Xlo, i0, N, jn)
+                a2 = _ld32(Xlo, jn, Mu, nr1)
             else:
                 a2 = a
         for c in range(nchunks):
@@ -897,26 +1113,28 @@ def _build_forward(mode: str, fast: bool, busy: bool):
                 # chunk c + 1, in flight during this chunk's steps (clamped, harmless past M).
                 # (split, hilo: chunk c's distances were read one chunk ago; its weights go
                 # over them one chunk from now, by this block: read before write, same cells.)
+                # Rows and columns past the table stage copies of real values (the loads are
+                # clamped): their cells are invalid, so the steps never use them.
                 if hilo:
-                    _put32(blk, 0, _sum32(a, a2), i0, N, jl < M, jl, 1, zero)
+                    _st32(blk, 0, _sum32(a, a2), jl, 1)
                 else:
-                    _put32(blk, 0, a, i0, N, jl < M, jl, 1, zero)
-                jn = min(jl + TW, M - 1)
-                a = _col32(Xb, i0, N, jn)
+                    _st32(blk, 0, a, jl, 1)
+                jn = uint32(min(jl + TW, M - 1))
+                a = _ld32(Xb, jn, Mu, nr1)
                 if hilo:
-                    a2 = _col32(Xlo, i0, N, jn)
+                    a2 = _ld32(Xlo, jn, Mu, nr1)
             sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
             pref = handoff(Rb, above, j0, M, pref, grp, INF, has, pubs, own, True, plag)
             if TIMING and c == 0:
                 _stamp(Rb, t, 1, B * nb)
-            st = group(blk, wup, pb, tid, j0, grp, st, lead, width, pub, scale, xch)
+            st = group(blk, wup, rowb, pb, tid, j0, grp, st, lead, width, pub, scale, xch)
             pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has, pubs, own, True, plag)
-            st = group(blk, wup, pb, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
+            st = group(blk, wup, rowb, pb, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
             pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has, pubs, own, True, plag)
-            st = group(blk, wup, pb, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
+            st = group(blk, wup, rowb, pb, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
             pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has, pubs, own, True, plag)
-            st = group(blk, wup, pb, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
+            st = group(blk, wup, rowb, pb, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
             if fused:  # (quiet) what this chunk's steps completed, before the distances
                 flush_rest(Rb, pubs, own, j0 + TW, M, True, plag)
             if fused and jn0 < M:
@@ -932,11 +1150,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
             sync_band()
             # Chunk c - 1 is complete now: write its weights out, coalesced along columns.
             if store and c > 0:
-                jp = j0 - TW + tid
-                if jp < M:
-                    for r in range(TB):
-                        if i0 + r < N:
-                            write_w(X, P, blk, wup, b, i0 + r, jp, r, ring(jp + r))
+                write_w(w0, w1, blk, wup, j0 - TW + tid, M, nr1)
             sync_band()
             if fused and jn0 < M:
                 # chunk c + 1's distances, into chunk c - 1's slots (written out just above)
@@ -946,11 +1160,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         if i == N - 1:  # the publishing lane of the last band: its own shared store
             out[b] = pubs[ring(M - 1 + plag)] * (gamma * LN2)
         if store:
-            jp = (nchunks - 1) * TW + tid
-            if jp < M:
-                for r in range(TB):
-                    if i0 + r < N:
-                        write_w(X, P, blk, wup, b, i0 + r, jp, r, ring(jp + r))
+            write_w(w0, w1, blk, wup, (nchunks - 1) * TW + tid, M, nr1)
 
     return forward
 
@@ -962,23 +1172,45 @@ def _build_backward(fast: bool, busy: bool):
     handoff, flush_rest, poll = _build_handoff(busy)
 
     @_device
-    def write_e(P, blk, sums, b, i0, N, M, pp, want_sums):
+    def ecell(ev_view, blk, pp, jp, M, r):
+        """Row ``r``'s E of position ``pp`` (column ``jp``) from the ring to ``E``'s band view;
+        returns it as float64."""
+        ev = blk[_slot(PO1, r, pp + TB - 1, -1)]
+        ev_view[u32(jp + r * M)] = ev
+        return float64(ev)
+
+    @_device
+    def ecol8(ev_view, blk, pp, jp, M, r0):
+        """:func:`ecell` of rows ``r0 .. r0 + 7``, their sum."""
+        c0 = ecell(ev_view, blk, pp, jp, M, r0) + ecell(ev_view, blk, pp, jp, M, r0 + 1)
+        c1 = ecell(ev_view, blk, pp, jp, M, r0 + 2) + ecell(ev_view, blk, pp, jp, M, r0 + 3)
+        c2 = ecell(ev_view, blk, pp, jp, M, r0 + 4) + ecell(ev_view, blk, pp, jp, M, r0 + 5)
+        c3 = ecell(ev_view, blk, pp, jp, M, r0 + 6) + ecell(ev_view, blk, pp, jp, M, r0 + 7)
+        return (c0 + c1) + (c2 + c3)
+
+    @_device
+    def write_e(ev_view, blk, sums, b, N, M, pp, nr1, want_sums):
         """Write position ``pp``'s column of the band's E out (coalesced along columns) and, if
-        ``want_sums``, add its sum over the band's rows to ``sums[b, N + j]``."""
+        ``want_sums``, add its sum over the band's rows to ``sums[b, N + j]``; a full band
+        (``nr1 = TB - 1``) with constant row offsets."""
         jp = M - 1 - pp
         if jp >= 0:
-            cs = 0.0
-            for r in range(TB):
-                if i0 + r < N:
-                    ev = blk[1, r, ring(pp + TB - 1 - r)]
-                    P[b, 1, i0 + r, jp] = ev
-                    cs += float64(ev)
+            if nr1 == TB - 1:
+                cs = (ecol8(ev_view, blk, pp, jp, M, 0) + ecol8(ev_view, blk, pp, jp, M, 8)) + (
+                    ecol8(ev_view, blk, pp, jp, M, 16) + ecol8(ev_view, blk, pp, jp, M, 24)
+                )
+            else:
+                cs = 0.0
+                for r in range(TB):
+                    if r <= nr1:
+                        cs += ecell(ev_view, blk, pp, jp, M, r)
             if want_sums:
                 cuda.atomic.add(sums, (b, N + jp), cs)
 
     @_device
-    def step(blk, pb, tid, s, sl, bot, st, lag, width, pub, xch):
-        """One step of one lane: position ``s - lag`` of its row, ring slot ``sl``.
+    def step(blk, rowb, pb, tid, s, sl, bot, st, lag, width, pub, xch):
+        """One step of one lane: position ``s - lag`` of its row (at ``rowb`` in each plane of
+        the flat block), ring slot ``sl``.
 
         ``st`` = (e_left, d_prev, inc_next, rs): the "from the right" term, this lane's previous
         ``E p_diag``, what the lane below shuffled up last step, and the row's sum of E so far;
@@ -989,35 +1221,33 @@ def _build_backward(fast: bool, busy: bool):
         inc = bot if tid == TB - 1 else inc_next
         p = s - lag
         ok = below(p, width)
-        pd = float64(blk[0, tid, sl])
-        pu = float64(blk[1, tid, sl])
+        pd = float64(blk[rowb + sl])
+        pu = float64(blk[PO1 + rowb + sl])
         e = e_left + inc if ok else 0.0
-        blk[1, tid, sl] = blk_t(e)
+        blk[PO1 + rowb + sl] = blk_t(e)
         v = e * pu + d_prev
         e_left = e * (1.0 - pd - pu) if ok else e_left
-        if pub:
-            pubs, hand, own, _, M = pb
-            if busy:  # (nothing reads the shared ring then)
-                if below(p, M):
-                    hand[uint64(own + p)] = as_bits(v)
-            else:
-                pubs[sl] = v
+        pubs, hand, own, _, M = pb
+        if busy:  # (nothing reads the shared ring then; see the forward's step)
+            _st_if(hand, uint64(own + p), as_bits(v), pub & below(p, M))
+        else:
+            pubs[sl if pub else uint32(RING + tid)] = v
         return e_left, e * pd, from_next_lane(v, xch, s & 1), rs + e
 
     @_device
-    def group(blk, pb, tid, s0, grp, st, lag, width, pub, xch):
+    def group(blk, rowb, pb, tid, s0, grp, st, lag, width, pub, xch):
         """The G (= 8) steps of one group, unrolled as in the forward."""
         sb = ring(s0)
         t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
         t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
-        st = step(blk, pb, tid, s0, sb, t0, st, lag, width, pub, xch)
-        st = step(blk, pb, tid, s0 + 1, sb + 1, t1, st, lag, width, pub, xch)
-        st = step(blk, pb, tid, s0 + 2, sb + 2, t2, st, lag, width, pub, xch)
-        st = step(blk, pb, tid, s0 + 3, sb + 3, t3, st, lag, width, pub, xch)
-        st = step(blk, pb, tid, s0 + 4, sb + 4, t4, st, lag, width, pub, xch)
-        st = step(blk, pb, tid, s0 + 5, sb + 5, t5, st, lag, width, pub, xch)
-        st = step(blk, pb, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
-        return step(blk, pb, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
+        st = step(blk, rowb, pb, tid, s0, sb, t0, st, lag, width, pub, xch)
+        st = step(blk, rowb, pb, tid, s0 + 1, sb + 1, t1, st, lag, width, pub, xch)
+        st = step(blk, rowb, pb, tid, s0 + 2, sb + 2, t2, st, lag, width, pub, xch)
+        st = step(blk, rowb, pb, tid, s0 + 3, sb + 3, t3, st, lag, width, pub, xch)
+        st = step(blk, rowb, pb, tid, s0 + 4, sb + 4, t4, st, lag, width, pub, xch)
+        st = step(blk, rowb, pb, tid, s0 + 5, sb + 5, t5, st, lag, width, pub, xch)
+        st = step(blk, rowb, pb, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
+        return step(blk, rowb, pb, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
 
     @_kernel
     def backward(P, N, M, gout, Gb, sums):
@@ -1052,9 +1282,10 @@ def _build_backward(fast: bool, busy: bool):
         lag = TB - 1 - tid
         ups = k > 0  # a band above to hand to
         pub = tid == 0 and ups  # lane 0 hands its v to the band above
-        blk = cuda.shared.array((2, TB, RING1), blk_t)
+        blk = cuda.shared.array(PO2, blk_t)  # p_diag; p_up, then E (at PO1)
+        rowb = uint32(tid * RING1)  # this lane's row in each plane
         grp = cuda.shared.array(G, float64)
-        pubs = cuda.shared.array(RING, float64)  # lane 0's hand-overs, until published
+        pubs = cuda.shared.array(PUBS, float64)  # lane 0's hand-overs (+ spare slots)
         xch = cuda.shared.array((2, TB), float64)
         if tid < G:
             grp[tid] = 0.0  # the bottom band's row below (others overwrite it group by group)
@@ -1062,8 +1293,8 @@ def _build_backward(fast: bool, busy: bool):
         # fills (positions p < 0 of the skew).  Their weights are multiplied by E = 0 there,
         # and 0 * (a NaN or inf left in shared memory) would be NaN.
         for q in range(RING1):
-            blk[0, tid, q] = zero
-            blk[1, tid, q] = zero
+            blk[rowb + q] = zero
+            blk[PO1 + rowb + q] = zero
         sync_band()  # before the first chunk's staging writes other lanes' rows
         # (e_left, d_prev, inc_next, rs); E[N-1, M-1] = gout enters as the "from the right"
         # term of position 0.
@@ -1074,45 +1305,49 @@ def _build_backward(fast: bool, busy: bool):
         pref = poll(Gb, below_row + min(tid, M))
         nchunks = (M + TB - 1 + TW - 1) // TW
         pb = (pubs, Gb, own, TB - 1, M)  # where lane 0's steps put their hand-overs
-        Pd = P[b, 0]  # this pair's weights, (N, M) each
-        Pu = P[b, 1]
-        jn = max(M - 1 - tid, 0)
-        wd, wu = _col32(Pd, i0, N, jn), _col32(Pu, i0, N, jn)
+        row0 = (2 * b * N + i0) * M  # P[b, 0, i0, 0] (flat)
+        Pd = band_view(P, row0)  # band views (see _ld8) of this pair's weights
+        Pu = band_view(P, row0 + N * M)  # (and E, written over p_up)
+        nr1 = uint32(min(TB, N - i0) - 1)  # the band's last row
+        Mu = uint32(M)
+        jn = uint32(max(M - 1 - tid, 0))
+        wd, wu = _ld32(Pd, jn, Mu, nr1), _ld32(Pu, jn, Mu, nr1)
         for c in range(nchunks):
             s0c = c * TW
             pl = s0c + tid  # the position this thread stages
             jl = M - 1 - pl
             # as in the forward: registers (chunk c) into the ring, then load chunk c + 1
-            col_ok = jl >= 0
-            _put32(blk, 0, wd, i0, N, col_ok, pl + TB - 1, -1, zero)
-            _put32(blk, 1, wu, i0, N, col_ok, pl + TB - 1, -1, zero)
-            jn = max(jl - TW, 0)
-            wd, wu = _col32(Pd, i0, N, jn), _col32(Pu, i0, N, jn)
+            # (rows and columns past the table stage copies of real, finite weights: their E
+            # is 0, and 0 times a finite weight adds nothing)
+            _st32(blk, 0, wd, pl + TB - 1, -1)
+            _st32(blk, PO1, wu, pl + TB - 1, -1)
+            jn = uint32(max(jl - TW, 0))
+            wd, wu = _ld32(Pd, jn, Mu, nr1), _ld32(Pu, jn, Mu, nr1)
             sync_band()
             # TW // G = 4 groups, unrolled as in the forward
             pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1)
             if TIMING and c == 0:
                 _stamp(Gb, t, 1, B * nb)
-            st = group(blk, pb, tid, s0c, grp, st, lag, width, pub, xch)
+            st = group(blk, rowb, pb, tid, s0c, grp, st, lag, width, pub, xch)
             pref = handoff(
                 Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
-            st = group(blk, pb, tid, s0c + G, grp, st, lag, width, pub, xch)
+            st = group(blk, rowb, pb, tid, s0c + G, grp, st, lag, width, pub, xch)
             pref = handoff(
                 Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
-            st = group(blk, pb, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
+            st = group(blk, rowb, pb, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
             pref = handoff(
                 Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
-            st = group(blk, pb, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
+            st = group(blk, rowb, pb, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
             sync_band()
             if c > 0:
-                write_e(P, blk, sums, b, i0, N, M, s0c - TW + tid, want_sums)
+                write_e(Pu, blk, sums, b, N, M, s0c - TW + tid, nr1, want_sums)
             sync_band()
         flush_rest(Gb, pubs, own, nchunks * TW, M, ups, TB - 1)
         _stamp(Gb, t, 2, B * nb)
-        write_e(P, blk, sums, b, i0, N, M, (nchunks - 1) * TW + tid, want_sums)
+        write_e(Pu, blk, sums, b, N, M, (nchunks - 1) * TW + tid, nr1, want_sums)
         if want_sums and i < N:
             sums[b, i] = st[3]
 

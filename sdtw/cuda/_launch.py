@@ -304,10 +304,11 @@ def forward(
     if store:
         P = torch.empty((B, 2, N, M), dtype=sdt, device=dev)
     else:
-        P = _placeholder((1, 2, 1, 1), sdt, dev)  # not written without ``store``
+        P = _placeholder((2,), sdt, dev)  # not written without ``store``
     mode = K.COST
-    src, src2 = a, a  # the kernel's X and Y (Y unused unless fused)
-    p_arg = P
+    # The kernel's X (flat, but for the fused mode's features) and Y (unused unless fused)
+    src, src2 = a.view(-1), a
+    p_arg = P.view(-1)
     if fused and store:
         # float64 distances from the park kernel: float64 P, plane 0; float32 P, as float32
         # high and low parts in planes 1 and 0.  The kernel reads and writes P through X.
@@ -315,11 +316,11 @@ def forward(
         park = K.PARK32 if fast else K.PARK
         _launcher(park)(tiles, K.PARK_THREADS, streams, a, y, P.view(-1), N, M)
         launch_counts["forward"] += 1
-        mode, src = (K.HILO if fast else K.SPLIT), P
-        p_arg = _placeholder((1, 2, 1, 1), sdt, dev)  # (the weights go through X)
-        src2 = _placeholder((1, 1, 1, 1), sdt, dev)  # Y: unused
+        mode, src = (K.HILO if fast else K.SPLIT), P.view(-1)
+        p_arg = _placeholder((2,), sdt, dev)  # (the weights go through X)
+        src2 = _placeholder((1, 1, 1), sdt, dev)  # Y: unused
     elif fused:
-        mode, src2 = K.FUSED, y
+        mode, src, src2 = K.FUSED, a, y
     Rb = _boundary(B, nb, M, dev)
     _launcher(K.FORWARD[mode, fast, busy(B * nb, dev)])(
         B * nb,
@@ -359,6 +360,6 @@ def backward(
     else:
         S = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums`` tells the kernel: none
     kern = K.BACKWARD[P.dtype == torch.float32, busy(B * nb, dev)]
-    _launcher(kern)(B * nb, K.TB, _stream(dev), P, N, M, g, Gb, S)
+    _launcher(kern)(B * nb, K.TB, _stream(dev), P.view(-1), N, M, g, Gb, S)
     launch_counts["backward"] += 1
     return P[:, 1], (S if sums else None)
