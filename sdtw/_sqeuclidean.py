@@ -41,8 +41,10 @@ def sqeuclidean_grads(
     ``2 (cols y - g^T x)``, one batched matmul each and no (B, N, M) temporary (None where not
     needed).  Written in differentiable ops."""
     gx = gy = None
+    # (the matmul adds into the fresh product in place: ``torch.baddbmm`` with a separate
+    # input copies it into its result first, one more device copy and host op per gradient)
     if need_x:
-        gx = torch.baddbmm(x * rows[:, :, None], g, y, beta=2.0, alpha=-2.0)
+        gx = (x * rows[:, :, None]).baddbmm_(g, y, beta=2.0, alpha=-2.0)
     if need_y:
-        gy = torch.baddbmm(y * cols[:, :, None], g.transpose(1, 2), x, beta=2.0, alpha=-2.0)
+        gy = (y * cols[:, :, None]).baddbmm_(g.transpose(1, 2), x, beta=2.0, alpha=-2.0)
     return gx, gy

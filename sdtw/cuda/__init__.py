@@ -14,8 +14,9 @@ weights ``P``                 ``2 s N M``                forward -> end of backw
 fused distances               0 (in ``P``)               forward: each cell's float64
                                                          distance, from the park kernel,
                                                          sits in ``P`` (float64: plane 0;
-                                                         float32: its float32 high and low
-                                                         parts in planes 1 and 0) until the
+                                                         float32: the high and low 32-bit
+                                                         words of its bits in planes 1 and
+                                                         0) until the
                                                          DP overwrites it with that cell's
                                                          weights
 ``E`` (gradient wrt cost)     0 (written into ``P``)     backward

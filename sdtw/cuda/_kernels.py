@@ -28,10 +28,10 @@ forward without gradients computes the next chunk's distances itself (float64 do
 staged features) after the current chunk's steps, so it needs no (N, M) buffer at all.  With
 gradients the weights buffer ``P`` is there anyway, so the fused forward first puts each
 cell's float64 distance in it (from a tiled product on the float64 tensor cores,
-:func:`_build_park`: float64 inputs into plane 0, mode ``split``; float32 inputs as a float32
-high part in plane 1 and low part in plane 0, mode ``hilo``) and the DP reads them from there
-like a cost, overwriting each with its weights: the dot products then run at full rate
-instead of inside the DP's latency-bound warps.
+:func:`_build_park`: float64 inputs into plane 0, mode ``split``; float32 inputs as the high
+and low 32-bit words of the float64 bits in planes 1 and 0, mode ``hilo``) and the DP reads
+them from there like a cost, overwriting each with its weights: the dot products then run at
+full rate instead of inside the DP's latency-bound warps.
 
 Lane 0 takes the row above the band from the boundary buffer ``Rb`` that the band above writes
 (per step, or a group of ``G`` columns at a time from shared memory: see
@@ -732,29 +732,74 @@ def _st32(blk, po, v, base, sgn):
     _st8(blk, po, v[3], 24, base, sgn)
 
 
+# A float64 distance in a float32 ``P`` travels as the two 32-bit words of its bits, the high
+# word in plane 1 and the low word in plane 0 (as float32 bit patterns, never computed with):
+# splitting and joining them are register moves, where a float32 high part plus a float32
+# low part cost three 64-bit conversions to split and two and an add to join (quarter-rate
+# instructions on the pipe of ex2/lg2).
+
+
 @_device
-def _sum8(hi, lo):
-    """float64 sums of two :func:`_ld8` loads (a distance's float32 high and low parts)."""
+def _hi_word_gpu(v):
+    return libdevice.int_as_float(libdevice.double2hiint(v))
+
+
+@_device
+def _lo_word_gpu(v):
+    return libdevice.int_as_float(libdevice.double2loint(v))
+
+
+@_device
+def _join_words_gpu(hi, lo):
+    return libdevice.hiloint2double(libdevice.float_as_int(hi), libdevice.float_as_int(lo))
+
+
+def _hi_word_sim(v):
+    import numpy as np
+
+    return np.array([v], dtype=np.float64).view(np.float32)[1]
+
+
+def _lo_word_sim(v):
+    import numpy as np
+
+    return np.array([v], dtype=np.float64).view(np.float32)[0]
+
+
+def _join_words_sim(hi, lo):
+    import numpy as np
+
+    return np.array([lo, hi], dtype=np.float32).view(np.float64)[0]
+
+
+hi_word = _hi_word_sim if SIMULATED else _hi_word_gpu
+lo_word = _lo_word_sim if SIMULATED else _lo_word_gpu
+join_words = _join_words_sim if SIMULATED else _join_words_gpu
+
+
+@_device
+def _join8(hi, lo):
+    """The float64 values of two :func:`_ld8` loads of high and low words."""
     return (
-        float64(hi[0]) + float64(lo[0]),
-        float64(hi[1]) + float64(lo[1]),
-        float64(hi[2]) + float64(lo[2]),
-        float64(hi[3]) + float64(lo[3]),
-        float64(hi[4]) + float64(lo[4]),
-        float64(hi[5]) + float64(lo[5]),
-        float64(hi[6]) + float64(lo[6]),
-        float64(hi[7]) + float64(lo[7]),
+        join_words(hi[0], lo[0]),
+        join_words(hi[1], lo[1]),
+        join_words(hi[2], lo[2]),
+        join_words(hi[3], lo[3]),
+        join_words(hi[4], lo[4]),
+        join_words(hi[5], lo[5]),
+        join_words(hi[6], lo[6]),
+        join_words(hi[7], lo[7]),
     )
 
 
 @_device
-def _sum32(hi, lo):
-    """:func:`_sum8` of two :func:`_ld32` loads."""
+def _join32(hi, lo):
+    """:func:`_join8` of two :func:`_ld32` loads."""
     return (
-        _sum8(hi[0], lo[0]),
-        _sum8(hi[1], lo[1]),
-        _sum8(hi[2], lo[2]),
-        _sum8(hi[3], lo[3]),
+        _join8(hi[0], lo[0]),
+        _join8(hi[1], lo[1]),
+        _join8(hi[2], lo[2]),
+        _join8(hi[3], lo[3]),
     )
 
 
@@ -839,10 +884,9 @@ def _build_forward(mode: str, fast: bool, busy: bool):
       itself, plane 0 holding each cell's float64 squared distance (written by the park
       kernel, :func:`_build_park`; plane 1 not read).
     * ``"hilo"`` (float32 only): ``X`` is the float32 weights buffer ``P`` itself, each
-      cell's float64 squared distance held as two float32 parts, the high part
-      ``float32(d)`` in plane 1 and the rest ``float32(d - hi)`` in plane 0 (written by the
-      park kernel's float32 variant; together good to ~1e-14 relative).  The staging adds
-      them in float64.
+      cell's float64 squared distance held as the two 32-bit words of its bits, the high
+      word in plane 1 and the low word in plane 0 (written by the park kernel's float32
+      variant; see :func:`join_words`).  The staging joins them, exactly.
 
     In both last modes a band reads its cells' distances before it writes the same cells'
     weights over them, so the distances take no memory beyond ``P``: the fused forward with
@@ -1092,8 +1136,8 @@ def _build_forward(mode: str, fast: bool, busy: bool):
                 Xb = w0  # this pair's distances (plane 0)
                 Xlo = Xb
             elif hilo:
-                Xb = w1  # the distances' high parts (plane 1)
-                Xlo = w0  # and their low parts (plane 0)
+                Xb = w1  # the distances' high words (plane 1)
+                Xlo = w0  # and their low words (plane 0)
             else:
                 Xb = band_view(X, (b * N + i0) * M)  # the band's rows of the cost
                 Xlo = Xb
@@ -1116,7 +1160,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
                 # Rows and columns past the table stage copies of real values (the loads are
                 # clamped): their cells are invalid, so the steps never use them.
                 if hilo:
-                    _st32(blk, 0, _sum32(a, a2), jl, 1)
+                    _st32(blk, 0, _join32(a, a2), jl, 1)
                 else:
                     _st32(blk, 0, a, jl, 1)
                 jn = uint32(min(jl + TW, M - 1))
@@ -1359,8 +1403,8 @@ def _build_backward(fast: bool, busy: bool):
 # ``park`` fills plane 0 of a float64 ``P`` (B, 2, N, M) with each cell's squared distance
 # ``max(|x_i|^2 + |y_j|^2 - 2 x_i.y_j, 0)`` for the ``split`` forward (float64 inputs); its
 # float32 variant (float32 inputs) writes the same float64 distance into a float32 ``P`` as
-# two float32 parts, ``hi = float32(d)`` in plane 1 and ``float32(d - hi)`` in plane 0, for the
-# ``hilo`` forward: 8 bytes per cell either way, what P holds anyway.  The dot products run
+# the two 32-bit words of its bits, the high word in plane 1 and the low word in plane 0, for
+# the ``hilo`` forward: 8 bytes per cell either way, what P holds anyway.  The dot products run
 # on the float64 tensor cores (``mma.sync.m8n8k4.f64``: IEEE float64 fused multiply-adds): a
 # block of 4 warps computes a PS x PS tile, each warp a 32 x 32 quarter as 4 x 4 tiles of
 # 8 x 8, with PK features of the tile's rows and columns staged in shared memory per pass (the
@@ -1480,8 +1524,8 @@ def _park_store(S, v, base, ok):
 
 
 def _build_park(words: bool):
-    """Park kernel: float64 P (``words`` False), or float32 P getting each distance as its
-    float32 high part (plane 1) and low part (plane 0) (``words`` True)."""
+    """Park kernel: float64 P (``words`` False), or float32 P getting each distance as the
+    high (plane 1) and low (plane 0) 32-bit words of its bits (``words`` True)."""
 
     @_device
     def put_half(O, acc, nrm, ra, cb):
@@ -1506,9 +1550,8 @@ def _build_park(words: bool):
             while r < rows:
                 if words:
                     v = O[src]
-                    hi = float32(v)
-                    Pf[dst + NM] = hi
-                    Pf[dst] = float32(v - float64(hi))
+                    Pf[dst + NM] = hi_word(v)
+                    Pf[dst] = lo_word(v)
                 else:
                     Pf[dst] = O[src]
                 r += uint32(2)
@@ -1529,7 +1572,7 @@ def _build_park(words: bool):
     @_kernel
     def park(X, Y, Pf, N, M):
         """X (B, N, D), Y (B, M, D) -> P[:, 0] = squared distances (float64 P), or P[:, 1]
-        and P[:, 0] = their float32 high and low parts (float32 P, ``words``), with ``Pf``
+        and P[:, 0] = their bits' high and low 32-bit words (float32 P, ``words``), with ``Pf``
         the flat view of P (B, 2, N, M); one block per (pair, row tile, column tile),
         ``B * nti * ntj`` blocks."""
         D = X.shape[2]

@@ -284,8 +284,8 @@ def forward(
     them from there, overwriting each cell with its weights: no buffer besides ``P``.  They
     are float64 whatever the inputs' dtype, from the park kernel
     (:func:`sdtw.cuda._kernels._build_park`, float64 tensor cores): in plane 0 of a float64
-    ``P``; in a float32 ``P`` as a float32 high part (plane 1) and low part (plane 0).  A
-    float32 cost would not do: its rounding (~1e-7 of ``|x|^2 + |y|^2``) divided by a small
+    ``P``; in a float32 ``P`` as the high (plane 1) and low (plane 0) 32-bit words of their
+    bits.  A float32 cost would not do: its rounding (~1e-7 of ``|x|^2 + |y|^2``) divided by a small
     gamma moves the weights of nearly tied paths, by up to ~1e-3 of the gradients at
     gamma = 1e-3 (B = 4, N = 512, D = 64, randn), over the 1e-4 bar.
     Fused without ``store``, the forward computes the distances itself (one launch, no
@@ -311,7 +311,7 @@ def forward(
     p_arg = P.view(-1)
     if fused and store:
         # float64 distances from the park kernel: float64 P, plane 0; float32 P, as float32
-        # high and low parts in planes 1 and 0.  The kernel reads and writes P through X.
+        # bits' high and low words in planes 1 and 0.  The kernel reads and writes P through X.
         tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
         park = K.PARK32 if fast else K.PARK
         _launcher(park)(tiles, K.PARK_THREADS, streams, a, y, P.view(-1), N, M)
