@@ -37,12 +37,12 @@ Lane 0 takes the row above the band from the boundary buffer ``Rb`` that the ban
 (per step, or a group of ``G`` columns at a time from shared memory: see
 :func:`_build_handoff`): values are float64 bits in an int64 buffer pre-filled with a
 sentinel, read ``G`` columns at a time, one group ahead, with L2 reads and a warp vote, so
-neither side waits on a counter or a fence (the band below runs some 55-60 steps behind the
-band above, as estimated from the probes, the minimum being 32).  Blocks take a *ticket*
-from an atomic counter (the boundary buffer's last element) and derive their (band, pair) from
-it, so a block only ever waits for blocks that started before it: no deadlock whatever order
-the hardware schedules blocks in, and the CUDA simulator (which runs blocks one at a time)
-works too.  One launch does the whole forward (two
+neither side waits on a counter or a fence (the band below runs 37-46 steps behind the band
+above, the minimum being 32: per-block timer stamps on the H200, see :data:`TIMING`).
+Blocks take a *ticket* from an atomic counter (the boundary buffer's last element) and
+derive their (band, pair) from it, so a block only ever waits for blocks that started before
+it: no deadlock whatever order the hardware schedules blocks in, and the CUDA simulator
+(which runs blocks one at a time) works too.  One launch does the whole forward (two
 when fused with gradients), one the whole backward: launches per step are O(1), not O(N + M).
 
 Accuracy
@@ -282,21 +282,27 @@ from_prev_lane = _from_prev_lane_smem if SIMULATED else _from_prev_lane_shfl
 from_next_lane = _from_next_lane_smem if SIMULATED else _from_next_lane_shfl
 
 
+def _item_pointer(context, builder, signature, args):
+    """For the inline-asm intrinsics below: the array struct of argument 0 and the LLVM
+    pointer to its element at index argument 1."""
+    from numba.core import cgutils
+
+    aryty = signature.args[0]
+    ary = context.make_array(aryty)(context, builder, args[0])
+    return ary, cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+
+
 def _ld_relaxed_intrinsic():
     """``ld.relaxed.gpu.b64`` of ``arr[idx]`` (an int64 array): a coherent read at GPU scope
     (L2), without the atomic's read-modify-write."""
     from llvmlite import ir
-    from numba.core import cgutils, types
+    from numba.core import types
     from numba.core.extending import intrinsic
 
     @intrinsic
     def ld_relaxed(typingctx, arr, idx):
         def codegen(context, builder, signature, args):
-            aryty = signature.args[0]
-            ary = context.make_array(aryty)(context, builder, args[0])
-            ptr = cgutils.get_item_pointer(
-                context, builder, aryty, ary, [args[1]], wraparound=False
-            )
+            _, ptr = _item_pointer(context, builder, signature, args)
             fty = ir.FunctionType(ir.IntType(64), [ptr.type])
             return builder.asm(fty, "ld.relaxed.gpu.b64 $0, [$1];", "=l,l", [ptr], True)
 
@@ -317,17 +323,13 @@ def _st_if_intrinsic():
     one predicated store.  A step's publishing lane is one of the warp's 32: a branch around
     its store made the warp diverge and reconverge at every step."""
     from llvmlite import ir
-    from numba.core import cgutils, types
+    from numba.core import types
     from numba.core.extending import intrinsic
 
     @intrinsic
     def st_if(typingctx, arr, idx, val, pred):
         def codegen(context, builder, signature, args):
-            aryty = signature.args[0]
-            ary = context.make_array(aryty)(context, builder, args[0])
-            ptr = cgutils.get_item_pointer(
-                context, builder, aryty, ary, [args[1]], wraparound=False
-            )
+            _, ptr = _item_pointer(context, builder, signature, args)
             i32 = ir.IntType(32)
             fty = ir.FunctionType(ir.VoidType(), [ptr.type, ir.IntType(64), i32])
             builder.asm(
@@ -634,17 +636,13 @@ def _band_view_intrinsic():
     the 32-bit offset onto a 64-bit base, where ``A[start + u32]`` costs a 64-bit add and a
     64-bit shift-add."""
     from llvmlite import ir
-    from numba.core import cgutils
     from numba.core.extending import intrinsic
 
     @intrinsic
     def band_view(typingctx, arr, start):
         def codegen(context, builder, signature, args):
             aryty = signature.args[0]
-            ary = context.make_array(aryty)(context, builder, args[0])
-            ptr = cgutils.get_item_pointer(
-                context, builder, aryty, ary, [args[1]], wraparound=False
-            )
+            ary, ptr = _item_pointer(context, builder, signature, args)
             i64 = ir.IntType(64)
             fty = ir.FunctionType(i64, [i64])
             raw = builder.asm(
