@@ -8,9 +8,10 @@ target configs (B = 32, D = 64, N = M in 512, 1024, 2048), unfused and fused.  A
 printout (CUDA-event medians of 10 after a warm-up), not a benchmark: the benchmark numbers
 come from ``python -m experiments.run``.  ``--host``: the host time of each piece of a small
 training step; ``--memory``: a step's peak memory split into forward and backward;
-``--profile``: cProfile and torch.profiler of one; ``--bscan``: time against batch size at
-N = 1024; ``--ncu``: a few steps at B = 32, N = 1024 to run under Nsight Compute
-(``--ncu-band``: one band's forward, B = 1, N = 32, M = 8192);
+``--profile [N]``: cProfile and torch.profiler of one (N = 128 unless given); ``--steady``:
+host time of a synchronised step's forward and backward calls against its wall time (N = 512,
+1024); ``--bscan``: time against batch size at N = 1024; ``--ncu``: a few steps at B = 32,
+N = 1024 to run under Nsight Compute (``--ncu-band``: one band's forward, B = 1, N = 32, M = 8192);
 ``--kernels [N]``: each kernel's GPU time in a training step at B = 32, N = 1024 (or N)
 (torch.profiler); ``--trace OUTDIR``: Chrome traces (host and GPU timelines) of a few training
 steps at B = 32, D = 64, N in 128, 512, 1024, one JSON file per case in OUTDIR;
@@ -145,6 +146,42 @@ def profile(N: int = 128, B: int = 32, D: int = 64, steps: int = 50) -> None:
                 step()
             torch.cuda.synchronize()
         print(tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=14), flush=True)
+
+
+def steady(B: int = 32, D: int = 64, n: int = 30) -> None:
+    """Host time of a synchronised training step's forward (``softdtw(...).sum()``) and
+    backward (``.backward()``) calls, against the step's CUDA-event wall time (medians of
+    ``n``): where the host, not the GPU, sets the pace."""
+    import time
+
+    for N in (512, 1024):
+        for fused in (True, False):
+            x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+            y = torch.randn(B, N, D, device="cuda", requires_grad=True)
+            fw, bw, wall = [], [], []
+            for i in range(n + 2):
+                x.grad = y.grad = None
+                torch.cuda.synchronize()
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                t0 = time.perf_counter_ns()
+                loss = sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum()
+                t1 = time.perf_counter_ns()
+                loss.backward()
+                t2 = time.perf_counter_ns()
+                end.record()
+                end.synchronize()
+                if i >= 2:
+                    fw.append((t1 - t0) / 1e3)
+                    bw.append((t2 - t1) / 1e3)
+                    wall.append(start.elapsed_time(end) * 1e3)
+            med = statistics.median
+            print(
+                f"B={B} N={N} D={D} fused={fused}: host forward {med(fw):7.1f} us, host "
+                f"backward {med(bw):7.1f} us, wall {med(wall):7.1f} us",
+                flush=True,
+            )
 
 
 def host(B: int = 32, N: int = 128, D: int = 64, n: int = 200) -> None:
@@ -375,7 +412,11 @@ def main() -> None:
     import sys
 
     if "--profile" in sys.argv:
-        profile()
+        rest = sys.argv[sys.argv.index("--profile") + 1 :]
+        profile(int(rest[0])) if rest and rest[0].isdigit() else profile()
+        return
+    if "--steady" in sys.argv:
+        steady()
         return
     if "--host" in sys.argv:
         host()

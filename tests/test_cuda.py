@@ -182,22 +182,31 @@ def test_sim_fused_no_grad(rng, B, N, M, D):
     assert rel_err(v, ref) <= TOL[torch.float64] and rel_err(v32, ref) <= TOL[torch.float32]
 
 
-def _check_park(rng, device, dtype):
+def _check_park(rng, device, dtype, N, M, B=2):
     """The park kernel's float64 squared distances, across its row and column tile (PS = 64)
-    and feature pass (PK = 16) boundaries: float64, in P's plane 0 (plane 1 untouched);
+    and feature pass (PK = 64 float32 or 32 float64 features) boundaries, for odd M (scalar
+    stores) and even M (vector stores): float64, in P's plane 0 (plane 1 untouched);
     float32 inputs, as the high (plane 1) and low (plane 0) 32-bit words of the float64
     distance of the float32 inputs."""
     from sdtw.cuda import _kernels as K
     from sdtw.cuda import _launch
 
-    B, N, M, D = 2, K.PS + 2, K.PS + 1, K.PK + 1
+    D = K._park_pk(dtype == torch.float32) + 1
     x = randn(rng, B, N, D, dtype=dtype, device=device)
     y = randn(rng, B, M, D, dtype=dtype, device=device)
     P = torch.full((B, 2, N, M), float("nan"), dtype=dtype, device=device)
-    tiles = B * 2 * 2
+    tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
     park = K.PARK if dtype == torch.float64 else K.PARK32
     _launch._launcher(park)(
-        tiles, K.PARK_THREADS, _launch._stream(x.device), x, y, P.view(-1), N, M
+        tiles,
+        K.PARK_THREADS,
+        _launch._stream(x.device),
+        x.view(-1),
+        y.view(-1),
+        P.view(-1),
+        N,
+        M,
+        D,
     )
     ref = torch.cdist(x.cpu().double(), y.cpu().double()) ** 2
     if dtype == torch.float64:
@@ -211,10 +220,12 @@ def _check_park(rng, device, dtype):
 
 @requires_sim
 @pytest.mark.cudasim
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_sim_park_distances(rng, dtype):
+@pytest.mark.parametrize(
+    "dtype, N, M", [(torch.float64, 66, 65), (torch.float32, 66, 65), (torch.float64, 3, 70)]
+)
+def test_sim_park_distances(rng, dtype, N, M):
     """The park kernel in the simulator (with its per-lane twin of the tensor-core mma)."""
-    _check_park(rng, "cpu", dtype)
+    _check_park(rng, "cpu", dtype, N, M, B=1)
 
 
 @requires_gpu
@@ -223,7 +234,8 @@ def test_sim_park_distances(rng, dtype):
 def test_gpu_park_distances(rng, dtype):
     """The same on the GPU, where the dot products are float64 tensor-core mma (the simulator
     has a per-lane twin of it)."""
-    _check_park(rng, "cuda", dtype)
+    for N, M in ((66, 65), (3, 70), (130, 128), (64, 1), (1, 2)):
+        _check_park(rng, "cuda", dtype, N, M)
 
 
 @requires_gpu

@@ -100,7 +100,7 @@ def _device(fn):
     return cuda.jit(device=True, forceinline=True)(fn)
 
 
-def _kernel(fn):
+def _kernel(fn=None, *, launch_bounds=None):
     """A kernel that asks for the largest shared-memory carveout (``"maxshared"``: 228 KB of
     the SM's 256 KB L1/shared on Hopper).  The blocks hold 17-26 KB of shared memory each, and
     with the driver's default split an H200 SM held only 5 (split forward) or 7 (cost forward,
@@ -108,10 +108,17 @@ def _kernel(fn):
     (resp. 920) blocks on some bands had to wait for a second round: the forward at B = 32,
     N = 1024 took 0.98 ms against 0.62 ms at B = 24 (``probe-dev.txt``, run 8), and 0.59 ms
     with this carveout (run 9; B = 1 .. 24 unchanged).  The kernels read global memory through
-    L2 (atomics, streamed costs) and do not rely on L1."""
-    if SIMULATED or not _HAS_CARVEOUT:
+    L2 (atomics, streamed costs) and do not rely on L1.  ``launch_bounds``
+    ``(threads, blocks per SM)`` asks ptxas to fit that many blocks' registers on an SM
+    (``@_kernel(launch_bounds=...)``)."""
+    if fn is None:
+        return lambda f: _kernel(f, launch_bounds=launch_bounds)
+    if SIMULATED:
         return cuda.jit(fn)
-    return cuda.jit(shared_memory_carveout="maxshared")(fn)
+    opts = {} if launch_bounds is None else {"launch_bounds": launch_bounds}
+    if not _HAS_CARVEOUT:
+        return cuda.jit(**opts)(fn)
+    return cuda.jit(shared_memory_carveout="maxshared", **opts)(fn)
 
 
 def _has_carveout() -> bool:
@@ -1403,30 +1410,39 @@ def _build_backward(fast: bool, busy: bool):
 # float32 variant (float32 inputs) writes the same float64 distance into a float32 ``P`` as
 # the two 32-bit words of its bits, the high word in plane 1 and the low word in plane 0, for
 # the ``hilo`` forward: 8 bytes per cell either way, what P holds anyway.  The dot products run
-# on the float64 tensor cores (``mma.sync.m8n8k4.f64``: IEEE float64 fused multiply-adds): a
-# block of 4 warps computes a PS x PS tile, each warp a 32 x 32 quarter as 4 x 4 tiles of
-# 8 x 8, with PK features of the tile's rows and columns staged in shared memory per pass (the
-# next pass's loaded into registers meanwhile); per 4 features a warp loads 8 fragments (one
-# float64 per lane each) and issues 16 mma.  The squared norms are summed from the same staged
-# features.  The tile goes out through shared memory, half a tile at a time, as whole rows
-# (coalesced).  Shared-memory indices are unsigned 32-bit and P is written through a flat
-# view, so that no 64-bit index arithmetic sits in the loops.  One launch, no buffer besides
-# ``P``.
+# on the float64 tensor cores (``mma.sync.m16n8k8.f64``, ``DMMA.16x8x8`` on sm_90: IEEE
+# float64 products and sums): a block of 4 warps computes a PS x PS tile, each warp a 32 x 32
+# quarter as 2 x 4 tiles of 16 x 8.  The tile's rows' and columns' features are staged in
+# shared memory in the inputs' own dtype, PK of them per pass (float32: 64, so one pass for
+# D <= 64; float64: 32), by coalesced loads of the rows (contiguous in x and y); per 8
+# features a warp loads 16 fragment values per lane (converted to float64) and issues 8 mma.
+# The squared norms are float64 sums of the same staged features.  Each lane then writes its
+# own results straight from the mma accumulators: two adjacent columns of a row at a time,
+# as one 8-byte (float32 words) or 16-byte (float64) store per plane where M is even, two
+# scalar stores where it is odd (no shared-memory round trip, no barrier after the products).
+# Shared-memory indices are unsigned 32-bit and P is written through flat views (row bases
+# from :func:`band_view`), so that no 64-bit index arithmetic sits in the loops.  One launch,
+# no buffer besides ``P``.  (The earlier layout, Ampere's m8n8k4 shape with 16 features per
+# pass and the tile out through shared memory, took 324 us at B = 32, N = M = 1024, D = 64
+# on the H200; ``probe-dev.txt``.)
 PS = 64  # rows (and columns) per tile
-PK = 16  # features staged per pass
-PKP = PS + 4  # padded staging row (a fragment load's lanes fall in distinct banks)
-PSX = PK * PKP  # where the columns' features start in the staging array
-PS1 = PS + 1  # padded output row
-PSTAGE = 2 * PSX  # staging array size
-POUT = 32 * PS1  # output half-tile size (32 rows: float64 fits in the static 48 KB too)
 PARK_THREADS = 128  # 4 warps; (= 2 PS: one norm per thread)
 
 
-def _dmma_intrinsic():
-    """``(d0, d1) = mma.sync.m8n8k4.row.col.f64(a, b, (c0, c1))`` for one lane (inline PTX).
+def _park_pk(words: bool) -> int:
+    """Features staged per pass: 64 float32 (float32 inputs) or 32 float64."""
+    return 64 if words else 32
 
-    Lane ``l`` holds ``A[l // 4, l % 4]`` (8 x 4, row-major) in ``a``, ``B[l % 4, l // 4]``
-    (4 x 8) in ``b`` and ``C[l // 4, 2 (l % 4) + e]`` in ``c_e``; the result has C's layout.
+
+def _dmma_intrinsic():
+    """``(d0, d1, d2, d3) = mma.sync.m16n8k8.row.col.f64(a0..a3, b0, b1, c0..c3)`` for one
+    lane (inline PTX; ``DMMA.16x8x8`` on sm_90, where the Ampere shape m8n8k4 does a quarter
+    of the work per instruction).
+
+    With ``g = lane // 4``, ``t = lane % 4``: the lane holds ``A[g, t], A[g + 8, t],
+    A[g, t + 4], A[g + 8, t + 4]`` of A (16 x 8, row-major), ``B[t, g], B[t + 4, g]`` of B
+    (8 x 8) and ``C[g, 2 t], C[g, 2 t + 1], C[g + 8, 2 t], C[g + 8, 2 t + 1]`` of C; the
+    result has C's layout (PTX ISA, "Matrix Fragments for mma.m16n8k8", .f64).
     Warp-collective: every lane of the warp must reach it together (marked as having side
     effects, so that LLVM neither moves it into a branch nor merges it)."""
     from llvmlite import ir
@@ -1434,146 +1450,211 @@ def _dmma_intrinsic():
     from numba.core.extending import intrinsic
 
     @intrinsic
-    def dmma(typingctx, a, b, c0, c1):
+    def dmma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
         f8 = types.float64
-        sig = types.UniTuple(f8, 2)(f8, f8, f8, f8)
+        sig = types.UniTuple(f8, 4)(*([f8] * 10))
 
         def codegen(context, builder, signature, args):
             dbl = ir.DoubleType()
-            fty = ir.FunctionType(ir.LiteralStructType([dbl, dbl]), [dbl, dbl, dbl, dbl])
+            fty = ir.FunctionType(ir.LiteralStructType([dbl] * 4), [dbl] * 10)
             res = builder.asm(
                 fty,
-                "mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {$0, $1}, {$2}, {$3}, {$4, $5};",
-                "=d,=d,d,d,d,d",
+                "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {$0, $1, $2, $3}, "
+                "{$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+                ",".join(["=d"] * 4 + ["d"] * 10),
                 args,
                 True,
                 name="dmma",
             )
-            d0 = builder.extract_value(res, 0)
-            d1 = builder.extract_value(res, 1)
-            return context.make_tuple(builder, signature.return_type, [d0, d1])
+            out = [builder.extract_value(res, i) for i in range(4)]
+            return context.make_tuple(builder, signature.return_type, out)
 
         return sig, codegen
 
     return dmma
 
 
+def _st2_if_intrinsic():
+    """``st2_if(arr, idx, a, b, pred)``: ``arr[idx], arr[idx + 1] = a, b`` (a float32 or
+    float64 array) where ``pred``, as one predicated vector store (``st.v2``); ``idx`` must
+    be even and the array's data 8- (float32) or 16-byte (float64) aligned."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def st2_if(typingctx, arr, idx, a, b, pred):
+        wide = arr.dtype == types.float64
+        vt = types.float64 if wide else types.float32
+
+        def codegen(context, builder, signature, args):
+            _, ptr = _item_pointer(context, builder, signature, args)
+            i32 = ir.IntType(32)
+            ft = ir.DoubleType() if wide else ir.FloatType()
+            fty = ir.FunctionType(ir.VoidType(), [ptr.type, ft, ft, i32])
+            kind, reg = ("f64", "d") if wide else ("f32", "f")
+            builder.asm(
+                fty,
+                "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.v2." + kind + " [$0], {$1, $2}; }",
+                f"l,{reg},{reg},r",
+                [ptr, args[2], args[3], builder.zext(args[4], i32)],
+                True,
+            )
+            return context.get_dummy_value()
+
+        return types.none(arr, idx, vt, vt, types.boolean), codegen
+
+    return st2_if
+
+
+def _st2_if_sim(arr, idx, a, b, pred):
+    if pred:
+        arr[idx] = a
+        arr[idx + 1] = b
+
+
 if not SIMULATED:
     _dmma = _dmma_intrinsic()
-
-
-@_device
-def _tile_mma_gpu(S, kb, rb, cb, lane, a, b, c0, c1):
-    return _dmma(a, b, c0, c1)
-
-
-@_device
-def _tile_mma_sim(S, kb, rb, cb, lane, a, b, c0, c1):
-    """The simulator's twin of one lane's ``mma`` (it has no warp-collective matrix op): the
-    lane's two outputs ``C[r, n], C[r, n + 1]`` (r = lane // 4, n = 2 (lane % 4)) of the 8 x 8
-    tile at rows ``rb``, columns ``cb``, from features ``kb .. kb + 3`` staged in ``S``."""
-    r = rb + (lane >> 2)
-    n = PSX + cb + 2 * (lane & 3)
-    for k in range(4):
-        xv = S[(kb + k) * PKP + r]
-        c0 += xv * S[(kb + k) * PKP + n]
-        c1 += xv * S[(kb + k) * PKP + n + 1]
-    return c0, c1
-
-
-tile_mma = _tile_mma_sim if SIMULATED else _tile_mma_gpu
-
-
-@_device
-def _frag4(S, base):
-    """A lane's fragments of four 8-row tiles: ``S[base + 8 a]``, a < 4 (``base`` = the lane's
-    feature row and tile row in the staging array)."""
-    return S[base], S[base + uint32(8)], S[base + uint32(16)], S[base + uint32(24)]
-
-
-@_device
-def _park_load(A, b, r0, n1, d, t):
-    """Feature ``d`` of rows ``r0 + t // PK + 8 u`` (u < 8, clamped to ``n1``) of ``A[b]``:
-    eight independent loads (in the input's dtype)."""
-    r = r0 + (t >> 4)
-    return (
-        A[b, min(r, n1), d],
-        A[b, min(r + 8, n1), d],
-        A[b, min(r + 16, n1), d],
-        A[b, min(r + 24, n1), d],
-        A[b, min(r + 32, n1), d],
-        A[b, min(r + 40, n1), d],
-        A[b, min(r + 48, n1), d],
-        A[b, min(r + 56, n1), d],
-    )
-
-
-@_device
-def _park_store(S, v, base, ok):
-    """Store :func:`_park_load`'s values as float64 in ``S[base + 8 u]`` (zero unless ``ok``)."""
-    S[base] = float64(v[0]) if ok else 0.0
-    S[base + uint32(8)] = float64(v[1]) if ok else 0.0
-    S[base + uint32(16)] = float64(v[2]) if ok else 0.0
-    S[base + uint32(24)] = float64(v[3]) if ok else 0.0
-    S[base + uint32(32)] = float64(v[4]) if ok else 0.0
-    S[base + uint32(40)] = float64(v[5]) if ok else 0.0
-    S[base + uint32(48)] = float64(v[6]) if ok else 0.0
-    S[base + uint32(56)] = float64(v[7]) if ok else 0.0
+st2_if = _st2_if_sim if SIMULATED else _st2_if_intrinsic()
 
 
 def _build_park(words: bool):
-    """Park kernel: float64 P (``words`` False), or float32 P getting each distance as the
-    high (plane 1) and low (plane 0) 32-bit words of its bits (``words`` True)."""
+    """Park kernel: float64 P (``words`` False, float64 inputs), or float32 P getting each
+    distance as the high (plane 1) and low (plane 0) 32-bit words of its bits (``words``
+    True, float32 inputs)."""
+    PK = _park_pk(words)
+    LD = PK + 4  # padded staged row: a fragment load's lanes fall in distinct banks
+    NST = PS * LD  # one operand's staging (rows' features; the columns' follow)
+    NS2 = 2 * NST
+    LOADS = PS * PK // PARK_THREADS  # staged values per thread per operand and pass
+    RND = 16 if words else 8  # of them in flight per round (float64: registers)
+    KSH = PK.bit_length() - 1  # log2(PK)
+    SDT = float32 if words else float64
 
     @_device
-    def put_half(O, acc, nrm, ra, cb):
-        """The lane's 32 distances into the half-tile ``O`` (32 x PS1, row-major; ``ra`` is
-        the lane's row in it)."""
-        for a in range(4):
-            il = ra + uint32(8 * a)
-            for c in range(4):
-                for e in range(2):
-                    jl = cb + uint32(8 * c + e)
-                    v = max((nrm[il] + nrm[uint32(PS) + jl]) - 2.0 * acc[a, c, e], 0.0)
-                    O[(il & uint32(31)) * uint32(PS1) + jl] = v
+    def afrag(S, base):
+        """A lane's A fragment of a 16-row tile (rows ``g, g + 8``, features ``t, t + 4``
+        from ``base`` = its row g, feature t), as float64."""
+        return (
+            float64(S[base]),
+            float64(S[base + uint32(8 * LD)]),
+            float64(S[base + uint32(4)]),
+            float64(S[base + uint32(8 * LD + 4)]),
+        )
 
     @_device
-    def write_half(Pf, O, base, M, NM, rows, col_ok, t):
-        """Write the half-tile's first ``rows`` rows as whole rows: thread t writes column
-        ``t % PS`` of rows ``t // PS + 2 u`` to ``Pf[base + (t // PS + 2 u) M]``."""
-        r = t >> 6
-        src = r * uint32(PS1) + (t & uint32(PS - 1))
-        dst = base + r * M
-        if col_ok:
-            while r < rows:
-                if words:
-                    v = O[src]
-                    Pf[dst + NM] = hi_word(v)
-                    Pf[dst] = lo_word(v)
-                else:
-                    Pf[dst] = O[src]
-                r += uint32(2)
-                src += uint32(2 * PS1)
-                dst += 2 * M
+    def bfrag(S, base):
+        """A lane's B fragment of an 8-column tile (column g, features ``t, t + 4``)."""
+        return float64(S[base]), float64(S[base + uint32(4)])
 
     @_device
-    def epilogue(Pf, O, acc, nrm, ra, cb, base, M, NM, rows, col_ok, t, w):
-        """The tile out through ``O``, 32 rows (two warps' quarters) at a time."""
-        for half in range(2):
-            if (w >> 1) == half:
-                put_half(O, acc, nrm, ra, cb)
-            cuda.syncthreads()
-            r_half = uint32(min(max(rows - 32 * half, 0), 32))
-            write_half(Pf, O, base + 32 * half * M, M, NM, r_half, col_ok, t)
-            cuda.syncthreads()
+    def mma_gpu(S, a, b, fa, fb, lane, c):
+        return _dmma(a[0], a[1], a[2], a[3], b[0], b[1], c[0], c[1], c[2], c[3])
 
-    @_kernel
-    def park(X, Y, Pf, N, M):
-        """X (B, N, D), Y (B, M, D) -> P[:, 0] = squared distances (float64 P), or P[:, 1]
-        and P[:, 0] = their bits' high and low 32-bit words (float32 P, ``words``), with ``Pf``
-        the flat view of P (B, 2, N, M); one block per (pair, row tile, column tile),
-        ``B * nti * ntj`` blocks."""
-        D = X.shape[2]
+    @_device
+    def mma_sim(S, a, b, fa, fb, lane, c):
+        """The simulator's twin of one lane's ``mma`` (it has no warp-collective matrix op):
+        the lane's four outputs (rows ``g, g + 8``, columns ``2 t, 2 t + 1`` of the 16 x 8
+        tile) from the features at its A fragment ``S[fa]`` and B fragment ``S[fb]``."""
+        g = lane >> 2
+        t = lane & 3
+        r0 = fa - t  # the tile's row g, from its first feature of the eight
+        r1 = r0 + 8 * LD
+        n0 = fb - g * LD - t + 2 * t * LD  # the tile's column 2 t
+        n1 = n0 + LD
+        c0, c1, c2, c3 = c
+        for k in range(8):
+            x0 = float64(S[r0 + k])
+            x1 = float64(S[r1 + k])
+            y0 = float64(S[n0 + k])
+            y1 = float64(S[n1 + k])
+            c0 += x0 * y0
+            c1 += x0 * y1
+            c2 += x1 * y0
+            c3 += x1 * y1
+        return c0, c1, c2, c3
+
+    mma = mma_sim if SIMULATED else mma_gpu
+
+    @_device
+    def kstep(S, acc, fa, fb, lane):
+        """Features ``kb .. kb + 7`` (the lane's fragments at ``S[fa]``, ``S[fb]``) into the
+        accumulators of the warp's 2 x 4 tiles of 16 x 8."""
+        a0 = afrag(S, fa)
+        a1 = afrag(S, fa + uint32(16 * LD))
+        for c in range(4):
+            bv = bfrag(S, fb + uint32(8 * LD * c))
+            for a in range(2):
+                c_in = (acc[a, c, 0], acc[a, c, 1], acc[a, c, 2], acc[a, c, 3])
+                r = mma(
+                    S,
+                    a0 if a == 0 else a1,
+                    bv,
+                    fa + uint32(16 * LD * a),
+                    fb + uint32(8 * LD * c),
+                    lane,
+                    c_in,
+                )
+                acc[a, c, 0], acc[a, c, 1], acc[a, c, 2], acc[a, c, 3] = r
+
+    @_device
+    def stage(S, X, Y, xbase, ybase, rows, cols, D, d0, t):
+        """Features ``d0 .. d0 + PK - 1`` of the tile's ``rows`` rows of the flat ``X`` (row
+        r at ``xbase + r D``) into ``S[r LD + k]``, and of its ``cols`` rows of ``Y`` into
+        ``S[NST + r LD + k]`` (zero past the rows or D): rounds of RND loads of each in flight."""
+        Xb = band_view(X, xbase)
+        Yb = band_view(Y, ybase)
+        for g in range(LOADS // RND):
+            vx = cuda.local.array(RND, SDT)
+            vy = cuda.local.array(RND, SDT)
+            for u in range(RND):
+                idx = t + uint32(PARK_THREADS * (RND * g + u))
+                r = idx >> uint32(KSH)
+                k = idx & uint32(PK - 1)
+                vx[u] = 0
+                vy[u] = 0
+                if d0 + k < D:
+                    if r < rows:
+                        vx[u] = Xb[u32(r * D + d0 + k)]
+                    if r < cols:
+                        vy[u] = Yb[u32(r * D + d0 + k)]
+            for u in range(RND):
+                idx = t + uint32(PARK_THREADS * (RND * g + u))
+                at = (idx >> uint32(KSH)) * uint32(LD) + (idx & uint32(PK - 1))
+                S[at] = vx[u]
+                S[uint32(NST) + at] = vy[u]
+
+    @_device
+    def put(Pv, Pw, col, v0, v1, rok, j, M, even):
+        """Cells (row, j), (row, j + 1) of the row views ``Pv`` (plane 0) and ``Pw``
+        (plane 1) at ``col``."""
+        if words:
+            if even:
+                st2_if(Pw, col, hi_word(v0), hi_word(v1), rok and j < M)
+                st2_if(Pv, col, lo_word(v0), lo_word(v1), rok and j < M)
+            else:
+                if rok and j < M:
+                    Pw[col] = hi_word(v0)
+                    Pv[col] = lo_word(v0)
+                if rok and j + 1 < M:
+                    Pw[col + uint32(1)] = hi_word(v1)
+                    Pv[col + uint32(1)] = lo_word(v1)
+        else:
+            if even:
+                st2_if(Pv, col, v0, v1, rok and j < M)
+            else:
+                if rok and j < M:
+                    Pv[col] = v0
+                if rok and j + 1 < M:
+                    Pv[col + uint32(1)] = v1
+
+    # float32: 4 blocks (16 warps) per SM, ptxas keeps to 128 registers (134 unbounded: 3)
+    @_kernel(launch_bounds=(PARK_THREADS, 4) if words else None)
+    def park(X, Y, Pf, N, M, D):
+        """X (B N D,), Y (B M D,) flat -> P[:, 0] = squared distances (float64 P), or
+        P[:, 1] and P[:, 0] = their bits' high and low 32-bit words (float32 P, ``words``),
+        with ``Pf`` the flat view of P (B, 2, N, M); one block per (pair, row tile, column
+        tile), ``B * nti * ntj`` blocks."""
         nti = (N + PS - 1) // PS
         ntj = (M + PS - 1) // PS
         q = cuda.blockIdx.x
@@ -1586,65 +1667,70 @@ def _build_park(words: bool):
         w = t >> 5
         i0 = ti * PS
         j0 = tj * PS
+        rows = u32(min(PS, N - i0))
+        cols = u32(min(PS, M - j0))
+        Du = u32(D)
         rw = (w >> 1) * uint32(32)  # this warp's 32 x 32 quarter of the tile
         cw = (w & 1) * uint32(32)
-        # staging: rows' features at [k PKP + r], columns' at [PSX + k PKP + c]
-        S = cuda.shared.array(PSTAGE, float64)
+        S = cuda.shared.array(NS2, SDT)  # rows' features [r LD + k], columns' at NST + ...
         nrm = cuda.shared.array(PARK_THREADS, float64)  # rows' |x|^2, then columns' |y|^2
-        O = cuda.shared.array(POUT, float64)  # the output tile, half at a time
-        acc = cuda.local.array((4, 4, 2), float64)  # (row tile, column tile, lane's pair)
-        for a in range(4):
+        acc = cuda.local.array((2, 4, 4), float64)  # (row tile, column tile, lane's four)
+        for a in range(2):
             for c in range(4):
-                acc[a, c, 0] = 0.0
-                acc[a, c, 1] = 0.0
-        k_own = t & uint32(PK - 1)  # staging: feature d0 + k_own of rows t // PK + 8 u
-        st_base = k_own * uint32(PKP) + (t >> 4)
-        # the lane's fragment bases: feature row lane % 4, tile row lane // 4
-        fa_base = (lane & uint32(3)) * uint32(PKP) + rw + (lane >> 2)
-        fb_base = fa_base - rw + cw + uint32(PSX)
-        # norms: thread t < PS sums row t's squares, the others column t - PS's
-        nb = t if t < PS else t - uint32(PS) + uint32(PSX)
-        sq = 0.0
-        d = min(int64(k_own), D - 1)
-        fx = _park_load(X, b, i0, N - 1, d, t)
-        fy = _park_load(Y, b, j0, M - 1, d, t)
+                for e in range(4):
+                    acc[a, c, e] = 0.0
+        # the lane's fragments: A row rw + lane // 4 (+ 16 a, + 8), B column cw + lane // 4
+        # (+ 8 c), features lane % 4 (+ 4) from kb
+        fa0 = (rw + (lane >> 2)) * uint32(LD) + (lane & uint32(3))
+        fb0 = fa0 - rw * uint32(LD) + cw * uint32(LD) + uint32(NST)
+        # norms: thread t sums row t % PS of operand t // PS (a rotated feature order: the
+        # lanes' reads fall in distinct banks)
+        nrow = t & uint32(PS - 1)
+        nb = (t >> 6) * uint32(NST) + nrow * uint32(LD)
+        sq = cuda.local.array(4, float64)
+        for e in range(4):
+            sq[e] = 0.0
+        xbase = (b * N + i0) * D
+        ybase = (b * M + j0) * D
         for d0 in range(0, D, PK):
-            cuda.syncthreads()  # every thread is done with the previous pass
-            ok = d0 + int64(k_own) < D
-            _park_store(S, fx, st_base, ok)
-            _park_store(S, fy, st_base + uint32(PSX), ok)
+            du = u32(d0)
+            if d0 > 0:
+                cuda.syncthreads()  # every thread is done with the previous pass
+            stage(S, X, Y, xbase, ybase, rows, cols, Du, du, t)
             cuda.syncthreads()
-            if d0 + PK < D:  # the next pass's features, in flight during this pass's products
-                d = min(d0 + PK + int64(k_own), D - 1)
-                fx = _park_load(X, b, i0, N - 1, d, t)
-                fy = _park_load(Y, b, j0, M - 1, d, t)
-            for k in range(PK):
-                v = S[nb + uint32(k * PKP)]
-                sq += v * v
-            for kb in range(0, PK, 4):
-                fa = _frag4(S, fa_base + uint32(kb * PKP))
-                fb = _frag4(S, fb_base + uint32(kb * PKP))
-                for a in range(4):
-                    for c in range(4):
-                        acc[a, c, 0], acc[a, c, 1] = tile_mma(
-                            S,
-                            kb,
-                            rw + 8 * a,
-                            cw + 8 * c,
-                            lane,
-                            fa[a],
-                            fb[c],
-                            acc[a, c, 0],
-                            acc[a, c, 1],
-                        )
-        nrm[t] = sq
+            for k in range(0, PK, 4):  # four chains of sums
+                for e in range(4):
+                    v = float64(S[nb + ((uint32(k + e) + nrow) & uint32(PK - 1))])
+                    sq[e] += v * v
+            kend = min(PK, D - d0)
+            if kend == PK:  # a full pass
+                for kb in range(0, PK, 8):
+                    kstep(S, acc, fa0 + uint32(kb), fb0 + uint32(kb), lane)
+            else:
+                for kb in range(0, kend, 8):
+                    kstep(S, acc, fa0 + u32(kb), fb0 + u32(kb), lane)
+        nrm[t] = (sq[0] + sq[1]) + (sq[2] + sq[3])
         cuda.syncthreads()
-        ra = rw + (lane >> 2)  # the lane's row in each row tile, column pair in each column tile
+        # the lane's cells: rows rw + lane // 4 + 8 m, columns cw + 2 (lane % 4) + 8 c (+ e)
+        ra = rw + (lane >> 2)
         cb = cw + uint32(2) * (lane & uint32(3))
-        rows = min(PS, N - i0)
-        col_ok = j0 + (t & uint32(PS - 1)) < M
-        base = ((2 * b) * N + i0) * M + j0 + (t & uint32(PS - 1))
-        epilogue(Pf, O, acc, nrm, ra, cb, base, M, N * M, rows, col_ok, t, w)
+        even = (M & 1) == 0
+        p0 = ((2 * b) * N + i0) * M + j0  # the tile's origin in plane 0, then in plane 1
+        p1 = p0 + N * M
+        for m in range(4):  # row m of the lane's: row tile m // 2, its row g + 8 (m % 2)
+            r = ra + uint32(8 * m)
+            rok = r < rows
+            rr = min(r, rows - uint32(1))  # (a row view inside P even where nothing is stored)
+            Pv = band_view(Pf, p0 + rr * M)
+            Pw = band_view(Pf, p1 + rr * M) if words else Pv
+            nx = nrm[r]
+            for c in range(4):
+                col = cb + uint32(8 * c)
+                v0 = max((nx + nrm[uint32(PS) + col]) - 2.0 * acc[m >> 1, c, 2 * (m & 1)], 0.0)
+                v1 = max(
+                    (nx + nrm[uint32(PS + 1) + col]) - 2.0 * acc[m >> 1, c, 2 * (m & 1) + 1], 0.0
+                )
+                put(Pv, Pw, col, v0, v1, rok, j0 + col, M, even)
 
     return park
 

@@ -314,7 +314,7 @@ def forward(
         # bits' high and low words in planes 1 and 0.  The kernel reads and writes P through X.
         tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
         park = K.PARK32 if fast else K.PARK
-        _launcher(park)(tiles, K.PARK_THREADS, streams, a, y, P.view(-1), N, M)
+        _launcher(park)(tiles, K.PARK_THREADS, streams, a.view(-1), y.view(-1), P.view(-1), N, M, D)
         launch_counts["forward"] += 1
         mode, src = (K.HILO if fast else K.SPLIT), P.view(-1)
         p_arg = _placeholder((2,), sdt, dev)  # (the weights go through X)
