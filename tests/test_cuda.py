@@ -115,11 +115,12 @@ def test_sim_second_backward_is_refused(rng):
 @pytest.mark.cudasim
 @pytest.mark.parametrize(
     "fused,dtype,forward_launches",
-    [(True, torch.float64, 2), (True, torch.float32, 2), (False, torch.float64, 1)],
+    [(True, torch.float64, 2), (True, torch.float32, 2), (False, torch.float64, 2)],
 )
 def test_sim_launches_per_pass(rng, fused, dtype, forward_launches):
     """A constant number of Numba launches per pass, whatever N: the fused forward with
-    gradients parks the distances (one launch) and then runs the DP (one)."""
+    gradients parks the distances (one launch) and then runs the DP (one); the unfused one
+    writes the squared Euclidean cost (one) and then runs the DP on it (one)."""
     from sdtw.cuda import _launch
 
     x = randn(rng, 1, 33, 2, dtype=dtype).requires_grad_()  # two bands
@@ -216,6 +217,68 @@ def _check_park(rng, device, dtype, N, M, B=2):
         words = torch.stack([P[:, 0].cpu(), P[:, 1].cpu()], dim=-1)  # (low, high) per cell
         got = words.view(torch.int64).squeeze(-1).view(torch.float64)  # little-endian
     assert (got - ref).abs().max() <= 1e-12 * ref.abs().max()
+
+
+def _check_sqeuclidean_cost(rng, device, dtype, N, M):
+    """The unfused path's cost tensor from the park kernel: the float64 squared distances
+    rounded once to the inputs' dtype, across tile and feature-pass boundaries, for odd and
+    even M; a NaN input gives NaN cells (not a clamped 0)."""
+    from sdtw.cuda import sqeuclidean_cost
+
+    D = 33
+    x = randn(rng, 2, N, D, dtype=dtype, device=device)
+    y = randn(rng, 2, M, D, dtype=dtype, device=device)
+    got = sqeuclidean_cost(x, y)
+    assert got.shape == (2, N, M) and got.dtype == dtype
+    ref = (torch.cdist(x.cpu().double(), y.cpu().double()) ** 2).to(dtype)
+    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    assert (got.cpu().double() - ref.double()).abs().max() <= tol * ref.double().abs().max()
+    x[1, 0, 3] = float("nan")
+    bad = sqeuclidean_cost(x, y).cpu()
+    assert bad[1, 0].isnan().all() and not bad[0].isnan().any() and not bad[1, 1:].isnan().any()
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_sqeuclidean_cost(rng):
+    """:func:`_check_sqeuclidean_cost` in the simulator (float32, odd M; float64 even M is
+    covered on the GPU)."""
+    _check_sqeuclidean_cost(rng, "cpu", torch.float32, 3, 67)
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gpu_sqeuclidean_cost(rng, dtype):
+    for N, M in ((66, 65), (3, 70), (130, 128)):
+        _check_sqeuclidean_cost(rng, "cuda", dtype, N, M)
+
+
+def _check_nan_propagates(rng, device, fused, N, M):
+    """A NaN in one pair's inputs gives that pair a NaN loss, the others finite (the park
+    kernel's clamp at 0 keeps NaN), with and without gradients."""
+    x = randn(rng, 2, N, 8, device=device)
+    y = randn(rng, 2, M, 8, device=device)
+    x[1, N // 2, 2] = float("nan")
+    with torch.no_grad():
+        v = sdtw.softdtw(x, y, backend="cuda", fused=fused)
+    assert torch.isfinite(v[0]) and torch.isnan(v[1])
+    v = sdtw.softdtw(x.requires_grad_(), y, backend="cuda", fused=fused)
+    assert torch.isfinite(v[0]) and torch.isnan(v[1])
+
+
+@requires_sim
+@pytest.mark.cudasim
+@pytest.mark.parametrize("fused", [True, False])
+def test_sim_nan_propagates(rng, fused):
+    _check_nan_propagates(rng, "cpu", fused, 5, 4)
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("fused", [True, False])
+def test_gpu_nan_propagates(rng, fused):
+    _check_nan_propagates(rng, "cuda", fused, 40, 33)
 
 
 @requires_sim
@@ -332,7 +395,8 @@ def test_fused_default_rule(monkeypatch, rng):
 @pytest.mark.parametrize("fused", [True, False])
 def test_sim_no_grad_stores_nothing(monkeypatch, rng, fused):
     """Under ``torch.no_grad()`` (inputs that require grad notwithstanding) the forward keeps no
-    weights: one launch (no park), ``store`` off."""
+    weights: ``store`` off; fused, one launch (no park); unfused, two (the cost, then the
+    DP)."""
     from sdtw.cuda import _launch
 
     stores = []
@@ -348,7 +412,7 @@ def test_sim_no_grad_stores_nothing(monkeypatch, rng, fused):
     before = _launch.launch_counts["forward"]
     with torch.no_grad():
         v = sdtw.softdtw(x, y, backend="cuda", fused=fused)
-    assert stores == [False] and _launch.launch_counts["forward"] - before == 1
+    assert stores == [False] and _launch.launch_counts["forward"] - before == (1 if fused else 2)
     assert not v.requires_grad
     assert rel_err(v, sdtw.softdtw(x.detach(), y.detach(), backend="cpu")) <= 1e-9
 

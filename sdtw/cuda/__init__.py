@@ -30,7 +30,9 @@ cost (unfused only)           ``s N M`` (caller's)       caller
 So a fused float32 step peaks near ``8 N M`` bytes per pair (+3%), an unfused one near
 ``12 N M``; a forward without gradient stores no (N, M) buffer at all (fused, it computes
 the distances inside the DP kernel).  Launches: a forward is one Numba kernel (fused with
-gradients: two, the park kernel first), a backward one, whatever N and M.
+gradients: two, the park kernel first; unfused from x and y with the squared Euclidean
+distance: two, :func:`sqeuclidean_cost`'s park kernel writing the cost, then the DP), a
+backward one, whatever N and M.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ __all__ = [
     "simulator_enabled",
     "softdtw_cost",
     "softdtw_fused",
+    "sqeuclidean_cost",
 ]
 
 
@@ -179,6 +182,17 @@ def cost_fits(B: int, N: int, M: int, dtype: torch.dtype, device: torch.device) 
         return True
     free, _ = torch.cuda.mem_get_info(device)
     return B * N * M * torch.finfo(dtype).bits // 8 <= free // 4
+
+
+def sqeuclidean_cost(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Squared Euclidean cost (B, N, M) of x (B, N, D), y (B, M, D) in x's dtype, from the
+    park kernel (float64 tensor-core dot products and norms, rounded once to the output's
+    dtype; clamped at 0, NaN kept).  No autograd here: ``sdtw.functional`` wraps it with the
+    analytic backward of ``|x_i - y_j|^2``."""
+    _launch = _launcher_module()
+    xk = _kernel_dtype(x.detach()).contiguous()
+    yk = _kernel_dtype(y.detach()).to(xk.dtype).contiguous()
+    return _launch.sqeuclidean(xk, yk).to(x.dtype)
 
 
 def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:

@@ -1044,7 +1044,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         accumulated products, into the ring (zero outside the table)."""
         for r in range(TB):
             v = xn[r] + yy - 2.0 * acc[r]
-            v = max(v, 0.0) * scale
+            v = (0.0 if v < 0.0 else v) * scale  # clamped at 0, NaN kept
             blk[_slot(0, r, jl, 1)] = v if (i0 + r < N and jl < M) else 0.0
 
     @_kernel
@@ -1518,18 +1518,21 @@ if not SIMULATED:
 st2_if = _st2_if_sim if SIMULATED else _st2_if_intrinsic()
 
 
-def _build_park(words: bool):
-    """Park kernel: float64 P (``words`` False, float64 inputs), or float32 P getting each
-    distance as the high (plane 1) and low (plane 0) 32-bit words of its bits (``words``
-    True, float32 inputs)."""
-    PK = _park_pk(words)
+def _build_park(f32: bool, cost: bool = False):
+    """Park kernel for float32 (``f32``) or float64 inputs: into a float64 P's plane 0
+    (float64), into a float32 P as the high (plane 1) and low (plane 0) 32-bit words of each
+    distance's float64 bits (float32, *words*); or, with ``cost``, into a plain (B, N, M)
+    cost tensor of the inputs' dtype (the float64 distance rounded once)."""
+    words = f32 and not cost
+    PLANES = 1 if cost else 2  # planes per pair in the output
+    PK = _park_pk(f32)
     LD = PK + 4  # padded staged row: a fragment load's lanes fall in distinct banks
     NST = PS * LD  # one operand's staging (rows' features; the columns' follow)
     NS2 = 2 * NST
     LOADS = PS * PK // PARK_THREADS  # staged values per thread per operand and pass
-    RND = 16 if words else 8  # of them in flight per round (float64: registers)
+    RND = 16 if f32 else 8  # of them in flight per round (float64: registers)
     KSH = PK.bit_length() - 1  # log2(PK)
-    SDT = float32 if words else float64
+    SDT = float32 if f32 else float64
 
     @_device
     def afrag(S, base):
@@ -1640,21 +1643,23 @@ def _build_park(words: bool):
                     Pw[col + uint32(1)] = hi_word(v1)
                     Pv[col + uint32(1)] = lo_word(v1)
         else:
+            w0 = SDT(v0)
+            w1 = SDT(v1)
             if even:
-                st2_if(Pv, col, v0, v1, rok and j < M)
+                st2_if(Pv, col, w0, w1, rok and j < M)
             else:
                 if rok and j < M:
-                    Pv[col] = v0
+                    Pv[col] = w0
                 if rok and j + 1 < M:
-                    Pv[col + uint32(1)] = v1
+                    Pv[col + uint32(1)] = w1
 
     # float32: 4 blocks (16 warps) per SM, ptxas keeps to 128 registers (134 unbounded: 3)
-    @_kernel(launch_bounds=(PARK_THREADS, 4) if words else None)
+    @_kernel(launch_bounds=(PARK_THREADS, 4) if f32 else None)
     def park(X, Y, Pf, N, M, D):
         """X (B N D,), Y (B M D,) flat -> P[:, 0] = squared distances (float64 P), or
         P[:, 1] and P[:, 0] = their bits' high and low 32-bit words (float32 P, ``words``),
-        with ``Pf`` the flat view of P (B, 2, N, M); one block per (pair, row tile, column
-        tile), ``B * nti * ntj`` blocks."""
+        with ``Pf`` the flat view of P (B, 2, N, M); with ``cost``, ``Pf`` the flat (B, N, M)
+        cost.  One block per (pair, row tile, column tile), ``B * nti * ntj`` blocks."""
         nti = (N + PS - 1) // PS
         ntj = (M + PS - 1) // PS
         q = cuda.blockIdx.x
@@ -1715,7 +1720,7 @@ def _build_park(words: bool):
         ra = rw + (lane >> 2)
         cb = cw + uint32(2) * (lane & uint32(3))
         even = (M & 1) == 0
-        p0 = ((2 * b) * N + i0) * M + j0  # the tile's origin in plane 0, then in plane 1
+        p0 = ((PLANES * b) * N + i0) * M + j0  # the tile's origin in plane 0, then in plane 1
         p1 = p0 + N * M
         for m in range(4):  # row m of the lane's: row tile m // 2, its row g + 8 (m % 2)
             r = ra + uint32(8 * m)
@@ -1726,10 +1731,11 @@ def _build_park(words: bool):
             nx = nrm[r]
             for c in range(4):
                 col = cb + uint32(8 * c)
-                v0 = max((nx + nrm[uint32(PS) + col]) - 2.0 * acc[m >> 1, c, 2 * (m & 1)], 0.0)
-                v1 = max(
-                    (nx + nrm[uint32(PS + 1) + col]) - 2.0 * acc[m >> 1, c, 2 * (m & 1) + 1], 0.0
-                )
+                v0 = (nx + nrm[uint32(PS) + col]) - 2.0 * acc[m >> 1, c, 2 * (m & 1)]
+                v1 = (nx + nrm[uint32(PS + 1) + col]) - 2.0 * acc[m >> 1, c, 2 * (m & 1) + 1]
+                # clamped at 0, NaN kept (a NaN input gives a NaN loss)
+                v0 = 0.0 if v0 < 0.0 else v0
+                v1 = 0.0 if v1 < 0.0 else v1
                 put(Pv, Pw, col, v0, v1, rok, j0 + col, M, even)
 
     return park
@@ -1745,3 +1751,6 @@ FORWARD = {
 BACKWARD = {(q, busy): _build_backward(q, busy) for q in (False, True) for busy in (False, True)}
 PARK = _build_park(False)
 PARK32 = _build_park(True)
+#: The same distances as a (B, N, M) cost tensor, by input dtype (float32?): the unfused
+#: path's squared Euclidean cost on CUDA (see :func:`sdtw.cuda.sqeuclidean_cost`).
+COST_PARK = {f: _build_park(f, cost=True) for f in (False, True)}

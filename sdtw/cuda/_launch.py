@@ -363,3 +363,18 @@ def backward(
     _launcher(kern)(B * nb, K.TB, _stream(dev), P.view(-1), N, M, g, Gb, S)
     launch_counts["backward"] += 1
     return P[:, 1], (S if sums else None)
+
+
+def sqeuclidean(a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Squared Euclidean cost (B, N, M) of contiguous a (B, N, D), y (B, M, D) (float32 or
+    float64) in their dtype: the park kernel's float64 distances, rounded once (one launch)."""
+    B, N, D = a.shape
+    M = y.shape[1]
+    out = torch.empty((B, N, M), dtype=a.dtype, device=a.device)
+    tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
+    park = K.COST_PARK[a.dtype == torch.float32]
+    _launcher(park)(
+        tiles, K.PARK_THREADS, _stream(a.device), a.view(-1), y.view(-1), out.view(-1), N, M, D
+    )
+    launch_counts["forward"] += 1
+    return out
