@@ -429,3 +429,15 @@ def test_gpu_default_rule_without_grad(rng):
         v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda")
     assert not v.requires_grad
     assert rel_err(v.cpu().double(), ref) <= TOL[torch.float32]
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_missing_jit_option_warns():
+    """A ``cuda.jit`` option this numba-cuda lacks is dropped with a warning that says what
+    it costs, once (no silent fallback)."""
+    from sdtw.cuda import _kernels as K
+
+    with pytest.warns(RuntimeWarning, match="no no_such_option; it costs this"):
+        assert not K._has_jit_option("no_such_option", "it costs this")
+    assert not K._has_jit_option("no_such_option", "it costs this")  # remembered, no warning

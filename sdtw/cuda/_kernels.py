@@ -115,7 +115,12 @@ def _kernel(fn=None, *, launch_bounds=None):
         return lambda f: _kernel(f, launch_bounds=launch_bounds)
     if SIMULATED:
         return cuda.jit(fn)
-    opts = {} if launch_bounds is None else {"launch_bounds": launch_bounds}
+    opts = {}
+    if launch_bounds is not None and _has_jit_option(
+        "launch_bounds",
+        "kernels with a launch bound (the park kernel) get more registers and fewer blocks per SM",
+    ):
+        opts["launch_bounds"] = launch_bounds
     if not _HAS_CARVEOUT:
         return cuda.jit(**opts)(fn)
     return cuda.jit(shared_memory_carveout="maxshared", **opts)(fn)
@@ -123,19 +128,32 @@ def _kernel(fn=None, *, launch_bounds=None):
 
 def _has_carveout() -> bool:
     """Whether this numba-cuda's ``cuda.jit`` takes ``shared_memory_carveout`` (warns if not)."""
+    return _has_jit_option(
+        "shared_memory_carveout",
+        "the kernels run with the driver's default L1/shared split (fewer resident blocks per "
+        "SM: slower from about B * N / 32 > 600 on an H200)",
+    )
+
+
+_jit_options: dict[str, bool] = {}
+
+
+def _has_jit_option(name: str, without: str) -> bool:
+    """Whether this numba-cuda's ``cuda.jit`` takes the keyword ``name``; if not, warns once
+    with what that costs (``without``)."""
     import inspect
     import warnings
 
-    if "shared_memory_carveout" in inspect.signature(cuda.jit).parameters:
-        return True
-    warnings.warn(
-        "sdtw: this numba-cuda's cuda.jit has no shared_memory_carveout; the kernels run with "
-        "the driver's default L1/shared split (fewer resident blocks per SM: slower from about "
-        "B * N / 32 > 600 on an H200)",
-        RuntimeWarning,
-        stacklevel=2,
-    )
-    return False
+    if name not in _jit_options:
+        ok = name in inspect.signature(cuda.jit).parameters
+        _jit_options[name] = ok
+        if not ok:
+            warnings.warn(
+                f"sdtw: this numba-cuda's cuda.jit has no {name}; {without}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+    return _jit_options[name]
 
 
 _HAS_CARVEOUT = not SIMULATED and _has_carveout()
