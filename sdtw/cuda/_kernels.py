@@ -115,15 +115,13 @@ def _kernel(fn=None, *, launch_bounds=None):
         return lambda f: _kernel(f, launch_bounds=launch_bounds)
     if SIMULATED:
         return cuda.jit(fn)
-    opts = {}
+    opts = {"shared_memory_carveout": "maxshared"} if _HAS_CARVEOUT else {}
     if launch_bounds is not None and _has_jit_option(
         "launch_bounds",
         "kernels with a launch bound (the park kernel) get more registers and fewer blocks per SM",
     ):
         opts["launch_bounds"] = launch_bounds
-    if not _HAS_CARVEOUT:
-        return cuda.jit(**opts)(fn)
-    return cuda.jit(shared_memory_carveout="maxshared", **opts)(fn)
+    return cuda.jit(**opts)(fn)
 
 
 def _has_carveout() -> bool:
@@ -1646,30 +1644,26 @@ def _build_park(f32: bool, cost: bool = False):
                 S[uint32(NST) + at] = vy[u]
 
     @_device
+    def pair(V, col, w0, w1, rok, j, M, even):
+        """``V[col], V[col + 1] = w0, w1`` for cells (row, j), (row, j + 1) where they exist:
+        one vector store for even M, two scalar ones for odd M."""
+        if even:
+            st2_if(V, col, w0, w1, rok and j < M)
+        else:
+            if rok and j < M:
+                V[col] = w0
+            if rok and j + 1 < M:
+                V[col + uint32(1)] = w1
+
+    @_device
     def put(Pv, Pw, col, v0, v1, rok, j, M, even):
         """Cells (row, j), (row, j + 1) of the row views ``Pv`` (plane 0) and ``Pw``
         (plane 1) at ``col``."""
         if words:
-            if even:
-                st2_if(Pw, col, hi_word(v0), hi_word(v1), rok and j < M)
-                st2_if(Pv, col, lo_word(v0), lo_word(v1), rok and j < M)
-            else:
-                if rok and j < M:
-                    Pw[col] = hi_word(v0)
-                    Pv[col] = lo_word(v0)
-                if rok and j + 1 < M:
-                    Pw[col + uint32(1)] = hi_word(v1)
-                    Pv[col + uint32(1)] = lo_word(v1)
+            pair(Pw, col, hi_word(v0), hi_word(v1), rok, j, M, even)
+            pair(Pv, col, lo_word(v0), lo_word(v1), rok, j, M, even)
         else:
-            w0 = SDT(v0)
-            w1 = SDT(v1)
-            if even:
-                st2_if(Pv, col, w0, w1, rok and j < M)
-            else:
-                if rok and j < M:
-                    Pv[col] = w0
-                if rok and j + 1 < M:
-                    Pv[col + uint32(1)] = w1
+            pair(Pv, col, SDT(v0), SDT(v1), rok, j, M, even)
 
     # float32: 4 blocks (16 warps) per SM, ptxas keeps to 128 registers (134 unbounded: 3)
     @_kernel(launch_bounds=(PARK_THREADS, 4) if f32 else None)

@@ -312,10 +312,7 @@ def forward(
     if fused and store:
         # float64 distances from the park kernel: float64 P, plane 0; float32 P, as float32
         # bits' high and low words in planes 1 and 0.  The kernel reads and writes P through X.
-        tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
-        park = K.PARK32 if fast else K.PARK
-        _launcher(park)(tiles, K.PARK_THREADS, streams, a.view(-1), y.view(-1), P.view(-1), N, M, D)
-        launch_counts["forward"] += 1
+        _park(K.PARK32 if fast else K.PARK, a, y, P, streams)
         mode, src = (K.HILO if fast else K.SPLIT), P.view(-1)
         p_arg = _placeholder((2,), sdt, dev)  # (the weights go through X)
         src2 = _placeholder((1, 1, 1), sdt, dev)  # Y: unused
@@ -368,13 +365,17 @@ def backward(
 def sqeuclidean(a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Squared Euclidean cost (B, N, M) of contiguous a (B, N, D), y (B, M, D) (float32 or
     float64) in their dtype: the park kernel's float64 distances, rounded once (one launch)."""
+    B, N, _ = a.shape
+    out = torch.empty((B, N, y.shape[1]), dtype=a.dtype, device=a.device)
+    _park(K.COST_PARK[a.dtype == torch.float32], a, y, out, _stream(a.device))
+    return out
+
+
+def _park(kernel, a: torch.Tensor, y: torch.Tensor, out: torch.Tensor, streams) -> None:
+    """Launch a park kernel (:func:`sdtw.cuda._kernels._build_park`) on contiguous a (B, N, D),
+    y (B, M, D) into ``out`` (P or a cost tensor): one block per 64 x 64 tile of each pair."""
     B, N, D = a.shape
     M = y.shape[1]
-    out = torch.empty((B, N, M), dtype=a.dtype, device=a.device)
     tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
-    park = K.COST_PARK[a.dtype == torch.float32]
-    _launcher(park)(
-        tiles, K.PARK_THREADS, _stream(a.device), a.view(-1), y.view(-1), out.view(-1), N, M, D
-    )
+    _launcher(kernel)(tiles, K.PARK_THREADS, streams, a.view(-1), y.view(-1), out.view(-1), N, M, D)
     launch_counts["forward"] += 1
-    return out
