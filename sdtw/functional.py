@@ -95,18 +95,6 @@ class _SqEuclidean(torch.autograd.Function):
         return sqeuclidean_grads(x, y, g, rows, cols, need_x, need_y)
 
 
-class _SqEuclideanCUDA(_SqEuclidean):
-    """``_SqEuclidean`` with the cost from the CUDA backend's park kernel
-    (:func:`sdtw.cuda.sqeuclidean_cost`: one launch writing the (B, N, M) tensor once, its
-    float64 distances rounded once to x's dtype, against three passes over it and a float32
-    matmul's rounding for the torch formula); the same backward."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(x, y)
-        return _cuda_module().sqeuclidean_cost(x, y)
-
-
 def pairwise_cost(x: torch.Tensor, y: torch.Tensor, dist: str | Callable) -> torch.Tensor:
     """Cost tensor (B, N, M) between x (B, N, D) and y (B, M, D), in x's dtype.
 
@@ -176,7 +164,8 @@ def _pair_loss(
         cost = pairwise_cost(x.double(), y.double(), dist)
         return _cost_loss(cost, gamma, bandwidth, backend).to(x.dtype)
     if backend == "cuda" and dist == "sqeuclidean":
-        return _cost_loss(_SqEuclideanCUDA.apply(x, y), gamma, bandwidth, backend)
+        lo, hi = band_offsets(x.shape[1], y.shape[1], bandwidth)
+        return _cuda_module().softdtw_sqeuclidean(x, y, gamma, lo, hi)
     return _cost_loss(pairwise_cost(x, y, dist), gamma, bandwidth, backend)
 
 

@@ -103,12 +103,35 @@ def test_sim_inputs_not_modified(rng):
 
 @requires_sim
 @pytest.mark.cudasim
-def test_sim_second_backward_is_refused(rng):
+def test_sim_second_backward(rng):
+    """From x and y the gradients are computed in the forward and kept: a second backward
+    (retain_graph) gives them again.  The cost path's backward reuses its buffer in place and
+    refuses a second call rather than return garbage."""
     x = randn(rng, 1, 3, 2).requires_grad_()
-    v = sdtw.softdtw(x, randn(rng, 1, 4, 2), backend="cuda").sum()
+    y = randn(rng, 1, 4, 2)
+    for fused in (True, False):
+        v = sdtw.softdtw(x, y, backend="cuda", fused=fused).sum()
+        (g1,) = torch.autograd.grad(v, x, retain_graph=True)
+        (g2,) = torch.autograd.grad(v, x)
+        assert torch.equal(g1, g2)
+    cost = torch.as_tensor(rng.random((1, 3, 4))).requires_grad_()
+    v = sdtw.softdtw_from_cost(cost, backend="cuda").sum()
     v.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward called twice"):
         v.backward()
+
+
+@requires_sim
+@pytest.mark.cudasim
+@pytest.mark.parametrize("fused", [True, False])
+def test_sim_double_backward_is_refused(rng, fused):
+    """The gradients wrt x, y come from the kernels, not from differentiable ops: a gradient
+    of the gradient raises instead of silently dropping terms."""
+    x = randn(rng, 1, 3, 2).requires_grad_()
+    v = sdtw.softdtw(x, randn(rng, 1, 4, 2), backend="cuda", fused=fused)
+    (gx,) = torch.autograd.grad(v.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        gx.sum().backward()
 
 
 @requires_sim

@@ -1,8 +1,14 @@
 """CUDA backend (Numba CUDA kernels), imported lazily by :mod:`sdtw.functional`.
 
-``softdtw_cost`` (unfused, any cost) and ``softdtw_fused`` (squared Euclidean from x, y, no
+``softdtw_cost`` (unfused, any cost), ``softdtw_sqeuclidean`` (unfused squared Euclidean from
+x, y: the cost tensor, then the DP) and ``softdtw_fused`` (squared Euclidean from x, y, no
 (B, N, M) cost tensor) are ``autograd.Function`` applications.  With
 ``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in Numba's CPU simulator on CPU tensors.
+
+From x and y, a forward with gradients enabled also runs the backward (upstream gradient 1)
+and keeps only the gradients wrt x and y, O((N + M) D) per pair; autograd's backward then
+multiplies them by each pair's upstream gradient (see :func:`_eager_grads`).  From a cost
+tensor the backward stays lazy (its gradient is (B, N, M)).
 
 Memory model of one training step, per pair, with ``s`` = 4 bytes (float32 inputs) or 8
 (float64):
@@ -10,7 +16,8 @@ Memory model of one training step, per pair, with ``s`` = 4 bytes (float32 input
 ============================  =========================  ====================================
 buffer                        size                       lifetime
 ============================  =========================  ====================================
-weights ``P``                 ``2 s N M``                forward -> end of backward
+weights ``P``                 ``2 s N M``                the forward (from x, y); forward
+                                                         -> end of backward (from a cost)
 fused distances               0 (in ``P``)               forward: each cell's float64
                                                          distance, from the park kernel,
                                                          sits in ``P`` (float64: plane 0;
@@ -22,22 +29,26 @@ fused distances               0 (in ``P``)               forward: each cell's fl
 ``E`` (gradient wrt cost)     0 (written into ``P``)     backward
 boundary rows ``Rb``/``Gb``   ``8 ceil(N/32) (M + 1)``   one pass (about ``N M / 4`` bytes;
                                                          the ticket counter is its last element)
-E's row/column sums (fused)   ``s (N + M)``              backward
-grads, their temporaries      O((N + M) D)               --
+E's row/column sums (x, y)    ``s (N + M)``              backward
+grads wrt x, y                ``s (N + M) D``            forward -> end of backward (from
+                                                         x, y: all that a pair holds then)
 cost (unfused only)           ``s N M`` (caller's)       caller
 ============================  =========================  ====================================
 
 So a fused float32 step peaks near ``8 N M`` bytes per pair (+3%), an unfused one near
-``12 N M``; a forward without gradient stores no (N, M) buffer at all (fused, it computes
-the distances inside the DP kernel).  Launches: a forward is one Numba kernel (fused with
-gradients: two, the park kernel first; unfused from x and y with the squared Euclidean
-distance: two, :func:`sqeuclidean_cost`'s park kernel writing the cost, then the DP), a
-backward one, whatever N and M.
+``12 N M``, both inside the forward call (from x, y); between forward and backward a pair
+holds its gradients only.  A forward without gradient stores no (N, M) buffer at all (fused,
+it computes the distances inside the DP kernel).  Launches per training step, whatever N
+and M: fused, three Numba kernels (park, DP forward, DP backward), all in the forward call;
+unfused from x and y, three likewise (:func:`sqeuclidean_cost`'s park kernel writing the
+cost, then the DP forward and backward); from a cost tensor, one in the forward and one in
+the backward.
 """
 
 from __future__ import annotations
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from sdtw._sqeuclidean import sqeuclidean_grads
 
@@ -48,6 +59,7 @@ __all__ = [
     "simulator_enabled",
     "softdtw_cost",
     "softdtw_fused",
+    "softdtw_sqeuclidean",
     "sqeuclidean_cost",
 ]
 
@@ -116,6 +128,10 @@ _TWICE = (
 
 
 class _CostFunction(torch.autograd.Function):
+    """Soft-DTW of a cost tensor.  Its backward stays lazy (the DP backward runs when autograd
+    asks, with the upstream gradient folded into the kernel): the gradient is (B, N, M), and
+    scaling an eager one later would be one more pass over it."""
+
     @staticmethod
     def forward(ctx, cost: torch.Tensor, gamma: float, lo: int, hi: int, need: bool):
         _launch = _launcher_module()
@@ -125,6 +141,7 @@ class _CostFunction(torch.autograd.Function):
         return out.to(cost.dtype)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out: torch.Tensor):
         _launch = _launcher_module()
         P = ctx.P
@@ -135,38 +152,79 @@ class _CostFunction(torch.autograd.Function):
         return E.to(grad_out.dtype), None, None, None, None
 
 
+def _eager_grads(ctx, P: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
+    """The gradients of each pair's value wrt x and y (upstream gradient 1), computed at the
+    end of the forward and kept in ``ctx`` for :func:`_scaled_grads`; ``P`` is consumed.
+
+    A gradient wrt x, y is O((N + M) D) per pair, and the upstream gradient of a soft-DTW
+    value is one number per pair, so scaling it later is one small multiply.  Computing it
+    here puts the DP backward in the GPU's queue right behind the forward, instead of
+    waiting for the host to run the autograd engine and the backward's Python (on an H200 at
+    B = 32, N = 512 the GPU sat idle ~0.3 ms there), and frees ``P`` (8 N M bytes per pair)
+    before the forward returns.  The price: a forward with gradients enabled whose backward
+    never runs has still paid for it (evaluate under ``torch.no_grad()``)."""
+    _launch = _launcher_module()
+    N = x.shape[1]
+    E, S = _launch.backward(P, None, sums=True)  # E (B, N, M), batch stride 2 N M
+    xe = x.to(E.dtype)  # (``to`` returns the tensor itself when the dtype matches)
+    ye = y.to(E.dtype)
+    # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
+    # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
+    need_x, need_y = ctx.needs_input_grad[:2]
+    ctx.grads = sqeuclidean_grads(xe, ye, E, S[:, :N], S[:, N:], need_x, need_y)
+    ctx.dtypes = (x.dtype, y.dtype)
+
+
+def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:
+    """:func:`_eager_grads`' gradients times the upstream gradient of each pair."""
+    g = grad_out.view(-1, 1, 1)
+    return tuple(
+        None if t is None else (t * g).to(dt) for t, dt in zip(ctx.grads, ctx.dtypes, strict=True)
+    )
+
+
 class _FusedFunction(torch.autograd.Function):
+    """Fused squared-Euclidean soft-DTW of x, y; gradients computed in the forward
+    (:func:`_eager_grads`)."""
+
     @staticmethod
     def forward(ctx, x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int, need: bool):
         _launch = _launcher_module()
         xk = _kernel_dtype(x).contiguous()
         yk = _kernel_dtype(y).contiguous()
         out, P = _launch.forward(xk, yk, gamma, lo, hi, store=need)
-        ctx.P = P
         if need:
-            ctx.save_for_backward(x, y)
+            _eager_grads(ctx, P, x, y)
         return out.to(x.dtype)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out: torch.Tensor):
+        return (*_scaled_grads(ctx, grad_out), None, None, None, None)
+
+
+class _SqEuclideanCostFunction(torch.autograd.Function):
+    """Unfused squared-Euclidean soft-DTW of x, y: the (B, N, M) cost tensor from the park
+    kernel (:func:`sqeuclidean_cost`), then the DP on it; gradients computed in the forward
+    (:func:`_eager_grads`, the same E-to-gradient step as the fused path, so E's row and
+    column sums come from the kernel rather than two reductions over E)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int, need: bool):
         _launch = _launcher_module()
-        P = ctx.P
-        if P is None:
-            raise RuntimeError(_TWICE)
-        ctx.P = None
-        x, y = ctx.saved_tensors
-        N = x.shape[1]
-        E, S = _launch.backward(P, grad_out, sums=True)  # E (B, N, M), batch stride 2 N M
-        del P
-        xe = x.to(E.dtype)  # (``to`` returns the tensor itself when the dtype matches)
-        ye = y.to(E.dtype)
-        # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
-        # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
-        need_x, need_y = ctx.needs_input_grad[:2]
-        gx, gy = sqeuclidean_grads(xe, ye, E, S[:, :N], S[:, N:], need_x, need_y)
-        gx = gx.to(x.dtype) if need_x else None
-        gy = gy.to(y.dtype) if need_y else None
-        return gx, gy, None, None, None, None
+        xk = _kernel_dtype(x).contiguous()
+        yk = _kernel_dtype(y).to(xk.dtype).contiguous()
+        cost = _launch.sqeuclidean(xk, yk)
+        out, P = _launch.forward(cost, None, gamma, lo, hi, store=need)
+        del cost
+        if need:
+            _eager_grads(ctx, P, x, y)
+        return out.to(x.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: torch.Tensor):
+        return (*_scaled_grads(ctx, grad_out), None, None, None, None)
 
 
 def needs_grad(*ts: torch.Tensor) -> bool:
@@ -203,3 +261,11 @@ def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Te
 def softdtw_fused(x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
     """Fused squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,)."""
     return _FusedFunction.apply(x, y, gamma, lo, hi, needs_grad(x, y))
+
+
+def softdtw_sqeuclidean(
+    x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int
+) -> torch.Tensor:
+    """Unfused squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,): the cost
+    tensor from :func:`sqeuclidean_cost`, then the DP on it."""
+    return _SqEuclideanCostFunction.apply(x, y, gamma, lo, hi, needs_grad(x, y))

@@ -232,16 +232,22 @@ def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-_placeholders: dict[tuple, torch.Tensor] = {}
+_constants: dict[tuple, torch.Tensor] = {}
+
+
+def _constant(shape: tuple, value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A small constant tensor the kernels only read (one per kind, made once and reused:
+    nothing may write to it)."""
+    key = (shape, value, dtype, device)
+    t = _constants.get(key)
+    if t is None:
+        t = _constants[key] = torch.full(shape, value, dtype=dtype, device=device)
+    return t
 
 
 def _placeholder(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A small tensor for an argument slot the kernel will not touch (one per kind, reused)."""
-    key = (shape, dtype, device)
-    t = _placeholders.get(key)
-    if t is None:
-        t = _placeholders[key] = torch.zeros(shape, dtype=dtype, device=device)
-    return t
+    return _constant(shape, 0.0, dtype, device)
 
 
 #: With ``K.TIMING``: each launch's boundary buffer, whose tail holds the blocks' stamps.
@@ -341,17 +347,21 @@ def forward(
 
 
 def backward(
-    P: torch.Tensor, grad_out: torch.Tensor, sums: bool = False
+    P: torch.Tensor, grad_out: torch.Tensor | None, sums: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Overwrite ``P[:, 1]`` with ``E * grad_out``; return that view (B, N, M) and, if ``sums``,
-    its row and column sums as one (B, N + M) tensor in ``P``'s dtype (else None)."""
+    """Overwrite ``P[:, 1]`` with ``E * grad_out`` (``None``: ones); return that view
+    (B, N, M) and, if ``sums``, its row and column sums as one (B, N + M) tensor in ``P``'s
+    dtype (else None)."""
     B, _, N, M = P.shape
     dev = P.device
     nb = -(-N // K.TB)
     Gb = _boundary(B, nb, M, dev)
-    g = grad_out.detach()
-    if g.dtype not in (torch.float32, torch.float64):
-        g = g.double()
+    if grad_out is None:
+        g = _constant((B,), 1.0, P.dtype, dev)
+    else:
+        g = grad_out.detach()
+        if g.dtype not in (torch.float32, torch.float64):
+            g = g.double()
     if sums:
         S = torch.zeros((B, N + M), dtype=P.dtype, device=dev)
     else:
