@@ -12,6 +12,7 @@ training step; ``--memory``: a step's peak memory split into forward and backwar
 host time of a synchronised step's forward and backward calls against its wall time (N = 512,
 1024); ``--bscan``: time against batch size at N = 1024; ``--ncu``: a few steps at B = 32,
 N = 1024 to run under Nsight Compute (``--ncu-band``: one band's forward, B = 1, N = 32, M = 8192);
+``--busy``: the DP kernels' quiet and busy variants against the number of blocks;
 ``--kernels [N]``: each kernel's GPU time in a training step at B = 32, N = 1024 (or N)
 (torch.profiler); ``--trace OUTDIR``: Chrome traces (host and GPU timelines) of a few training
 steps at B = 32, D = 64, N in 128, 512, 1024, one JSON file per case in OUTDIR;
@@ -182,6 +183,49 @@ def steady(B: int = 32, D: int = 64, n: int = 30) -> None:
                 f"backward {med(bw):7.1f} us, wall {med(wall):7.1f} us",
                 flush=True,
             )
+
+
+def busy_scan(steps: int = 3) -> None:
+    """DP forward and backward kernel time (torch.profiler, cost path with gradients) of the
+    quiet and the busy variant (``_launch.FORCE_BUSY``) against the number of blocks (B times
+    the bands per pair): where the ``_launch.busy`` rule should switch."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from sdtw.cuda import _launch
+
+    cases = [(1, 512), (2, 512), (4, 512), (8, 512), (16, 512), (32, 512), (1, 2048), (2, 2048)]
+    cases += [(4, 2048), (1, 4096), (2, 4096), (1, 8192), (1, 16384), (8, 1024), (16, 1024)]
+    for B, N in cases:
+        cost = torch.rand(B, N, N, device="cuda", requires_grad=True)
+        res = []
+        for force in (False, True):
+            _launch.FORCE_BUSY = force
+
+            def step(cost=cost):
+                sdtw.softdtw_from_cost(cost, backend="cuda").sum().backward()
+                cost.grad = None
+
+            step()
+            torch.cuda.synchronize()
+            with torch_profile(activities=[ProfilerActivity.CUDA]) as tp:
+                for _ in range(steps):
+                    step()
+                torch.cuda.synchronize()
+            times = {"_build_forward": 0.0, "_build_backward": 0.0}
+            for e in tp.key_averages():
+                for k in times:
+                    if k in e.key:
+                        times[k] += e.self_device_time_total / steps
+            res.append(times)
+        _launch.FORCE_BUSY = None
+        q, b = res
+        print(
+            f"B={B} N={N} blocks={B * -(-N // 32)}: quiet forward {q['_build_forward']:8.1f} "
+            f"backward {q['_build_backward']:8.1f} us; busy forward {b['_build_forward']:8.1f} "
+            f"backward {b['_build_backward']:8.1f} us",
+            flush=True,
+        )
 
 
 def host(B: int = 32, N: int = 128, D: int = 64, n: int = 200) -> None:
@@ -417,6 +461,9 @@ def main() -> None:
         return
     if "--steady" in sys.argv:
         steady()
+        return
+    if "--busy" in sys.argv:
+        busy_scan()
         return
     if "--host" in sys.argv:
         host()

@@ -169,8 +169,9 @@ def test_launch_parameter_buffer():
     from sdtw.cuda import _launch
 
     t = torch.zeros(2, 3, dtype=torch.float32)
-    flat = _launch._flatten((t, 5, 0.5, True))
+    key, flat = _launch._signature((t, 5, 0.5, True))
     assert flat == [0, 0, 6, 4, t.data_ptr(), 2, 3, 12, 4, 5, 0.5, True]
+    assert key == ((torch.float32, 2, True), int, float, bool)
     fmt = _launch._param_format(flat, [(8 * k, 8) for k in range(11)] + [(88, 1)])
     buf = bytearray(fmt.size)
     fmt.pack_into(buf, 0, *flat)
@@ -183,7 +184,7 @@ def test_launch_parameter_buffer():
     with pytest.raises(ValueError):
         _launch._param_format([1, 2], [(0, 8)])  # more values than parameters
     with pytest.raises(TypeError):
-        _launch._flatten((np.int64(3),))
+        _launch._signature((np.int64(3),))
     params = _launch._ParamBuffer(16)
     other = []
     worker = threading.Thread(target=lambda: other.append(params.buf))

@@ -152,27 +152,30 @@ class _CostFunction(torch.autograd.Function):
         return E.to(grad_out.dtype), None, None, None, None
 
 
-def _eager_grads(ctx, P: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> None:
-    """The gradients of each pair's value wrt x and y (upstream gradient 1), computed at the
-    end of the forward and kept in ``ctx`` for :func:`_scaled_grads`; ``P`` is consumed.
+def _eager_grads(ctx, a: torch.Tensor, y, gamma, lo, hi, x: torch.Tensor, yd: torch.Tensor):
+    """The forward and the backward (upstream gradient 1) on the kernels' inputs ``a`` (the
+    cost, or x) and ``y`` (None for a cost), then the gradients of each pair's value wrt x and
+    ``yd`` (the pair's sequences), kept in ``ctx`` for :func:`_scaled_grads`; returns the
+    values.
 
     A gradient wrt x, y is O((N + M) D) per pair, and the upstream gradient of a soft-DTW
     value is one number per pair, so scaling it later is one small multiply.  Computing it
     here puts the DP backward in the GPU's queue right behind the forward, instead of
     waiting for the host to run the autograd engine and the backward's Python (on an H200 at
-    B = 32, N = 512 the GPU sat idle ~0.3 ms there), and frees ``P`` (8 N M bytes per pair)
-    before the forward returns.  The price: a forward with gradients enabled whose backward
-    never runs has still paid for it (evaluate under ``torch.no_grad()``)."""
+    B = 32, N = 512 the GPU sat idle ~0.3 ms there), and frees the weights (8 N M bytes per
+    pair) before the forward returns.  The price: a forward with gradients enabled whose
+    backward never runs has still paid for it (evaluate under ``torch.no_grad()``)."""
     _launch = _launcher_module()
     N = x.shape[1]
-    E, S = _launch.backward(P, None, sums=True)  # E (B, N, M), batch stride 2 N M
+    out, E, S = _launch.forward_backward(a, y, gamma, lo, hi)  # E: batch stride 2 N M
     xe = x.to(E.dtype)  # (``to`` returns the tensor itself when the dtype matches)
-    ye = y.to(E.dtype)
+    ye = yd.to(E.dtype)
     # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
     # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
     need_x, need_y = ctx.needs_input_grad[:2]
     ctx.grads = sqeuclidean_grads(xe, ye, E, S[:, :N], S[:, N:], need_x, need_y)
-    ctx.dtypes = (x.dtype, y.dtype)
+    ctx.dtypes = (x.dtype, yd.dtype)
+    return out
 
 
 def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:
@@ -192,9 +195,10 @@ class _FusedFunction(torch.autograd.Function):
         _launch = _launcher_module()
         xk = _kernel_dtype(x).contiguous()
         yk = _kernel_dtype(y).contiguous()
-        out, P = _launch.forward(xk, yk, gamma, lo, hi, store=need)
         if need:
-            _eager_grads(ctx, P, x, y)
+            out = _eager_grads(ctx, xk, yk, gamma, lo, hi, x, y)
+        else:
+            out, _ = _launch.forward(xk, yk, gamma, lo, hi, store=False)
         return out.to(x.dtype)
 
     @staticmethod
@@ -215,10 +219,10 @@ class _SqEuclideanCostFunction(torch.autograd.Function):
         xk = _kernel_dtype(x).contiguous()
         yk = _kernel_dtype(y).to(xk.dtype).contiguous()
         cost = _launch.sqeuclidean(xk, yk)
-        out, P = _launch.forward(cost, None, gamma, lo, hi, store=need)
-        del cost
         if need:
-            _eager_grads(ctx, P, x, y)
+            out = _eager_grads(ctx, cost, None, gamma, lo, hi, x, y)
+        else:
+            out, _ = _launch.forward(cost, None, gamma, lo, hi, store=False)
         return out.to(x.dtype)
 
     @staticmethod

@@ -94,25 +94,19 @@ class _Launcher:
         self.dispatcher = dispatcher
         self.cache: dict[tuple, object] = {}
 
-    @staticmethod
-    def _key(a) -> tuple:
-        if isinstance(a, torch.Tensor):
-            return (a.dtype, a.dim(), a.is_contiguous())
-        return (type(a),)
-
     def __call__(self, grid: int, block: int, streams, *args) -> None:
         stream, stream_ptr = streams
-        key = tuple(self._key(a) for a in args)
+        key, flat = _signature(args)
         entry = self.cache.get(key)
         if entry is None or entry is False or K.SIMULATED:
             conv = [_arr(a) if isinstance(a, torch.Tensor) else a for a in args]
             self.dispatcher[grid, block, stream](*conv)
             if entry is None and not K.SIMULATED:
-                self.cache[key] = self._find(conv, args)
+                self.cache[key] = self._find(conv, flat)
             return
         launch, handle, fmt, params = entry
         buf, extra = params.buf, params.extra  # this thread's own buffer
-        fmt.pack_into(buf, 0, *_flatten(args))
+        fmt.pack_into(buf, 0, *flat)
         rc = launch(handle, grid, 1, 1, block, 1, 1, 0, stream_ptr, None, extra)
         if rc == _CUDA_ERROR_INVALID_CONTEXT:  # a thread with no current context yet
             cuda.current_context()  # numba makes the device's primary context current
@@ -120,7 +114,7 @@ class _Launcher:
         if rc != 0:
             raise RuntimeError(f"sdtw: cuLaunchKernel failed with CUresult {rc}")
 
-    def _find(self, conv: list, args: tuple):
+    def _find(self, conv: list, flat: list):
         if os.environ.get("SDTW_FAST_LAUNCH", "1") == "0":
             return False
         try:
@@ -132,7 +126,7 @@ class _Launcher:
                 return False
             core_kernel = kern._codelibrary.get_cufunc().kernel
             layout = [(p.offset, p.size) for p in core_kernel.arguments_info]
-            fmt = _param_format(_flatten(args), layout)
+            fmt = _param_format(flat, layout)
             return _driver_launch(), int(core_kernel.handle), fmt, _ParamBuffer(fmt.size)
         except Exception as exc:  # numba-cuda internals or the driver differ: regular path
             if not _Launcher.warned:
@@ -163,19 +157,25 @@ class _ParamBuffer(threading.local):
         )
 
 
-def _flatten(args: tuple) -> list:
-    """Kernel arguments as the flat parameter values of Numba's calling convention."""
+def _signature(args: tuple) -> tuple[tuple, list]:
+    """The kernel arguments' cache key (dtype, rank and contiguity of each tensor, the type of
+    each scalar) and their flat parameter values in Numba's calling convention, in one pass
+    (host time: this runs on every launch)."""
+    key: list = []
     flat: list = []
     for a in args:
         if isinstance(a, torch.Tensor):
+            sh = a.shape
             isz = a.element_size()
-            flat += [0, 0, a.numel(), isz, a.data_ptr(), *a.shape]
+            key.append((a.dtype, len(sh), a.is_contiguous()))
+            flat += (0, 0, a.numel(), isz, a.data_ptr(), *sh)
             flat += [st * isz for st in a.stride()]
         elif isinstance(a, (bool, int, float)):
+            key.append(type(a))
             flat.append(a)
         else:  # e.g. a NumPy integer: its packing would be a guess
             raise TypeError(f"sdtw: kernel argument of type {type(a).__name__}")
-    return flat
+    return tuple(key), flat
 
 
 def _param_format(flat: list, layout: list[tuple[int, int]]) -> struct.Struct:
@@ -254,16 +254,18 @@ def _placeholder(shape: tuple, dtype: torch.dtype, device: torch.device) -> torc
 timing_buffers: list[torch.Tensor] = []
 
 
-def _boundary(B: int, nb: int, M: int, device: torch.device) -> torch.Tensor:
-    """Boundary rows between bands, (B, nb, M + 1) int64 float64 bits flattened, then one
-    element for the blocks' ticket counter; all ``SENTINEL`` (one fill, no second buffer).
-    Row (b, k) is band k's last row; column ``M`` is padding.  (With ``K.TIMING``, the
-    blocks' stamps go between the rows and the counter.)"""
+def _boundary(B: int, nb: int, M: int, device: torch.device, count: int = 1) -> tuple:
+    """``count`` boundary buffers (one per DP launch), each (B, nb, M + 1) int64 float64 bits
+    flattened, then one element for the blocks' ticket counter; all ``SENTINEL``, from one
+    fill.  Row (b, k) is band k's last row; column ``M`` is padding.  (With ``K.TIMING``,
+    the blocks' stamps go between the rows and the counter.)"""
     extra = K.STAMPS * B * nb if K.TIMING else 0
-    hand = torch.full((B * nb * (M + 1) + extra + 1,), K.SENTINEL, dtype=torch.int64, device=device)
+    n = B * nb * (M + 1) + extra + 1
+    hand = torch.full((count * n,), K.SENTINEL, dtype=torch.int64, device=device)
+    views = hand.split(n) if count > 1 else (hand,)
     if K.TIMING:
-        timing_buffers.append(hand)
-    return hand
+        timing_buffers.extend(views)
+    return views
 
 
 def forward(
@@ -273,6 +275,7 @@ def forward(
     lo: int,
     hi: int,
     store: bool,
+    Rb: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run the forward kernel (and, fused with ``store``, the distances into ``P`` before it).
 
@@ -281,6 +284,7 @@ def forward(
     a : (B, N, M) cost (unfused, ``y is None``) or (B, N, D) x (fused); float32 or float64.
     y : (B, M, D) or None.
     store : keep the weights ``P`` (B, 2, N, M) for a backward pass.
+    Rb : a boundary buffer from :func:`_boundary` (None: one is made here).
 
     Returns
     -------
@@ -324,7 +328,8 @@ def forward(
         src2 = _placeholder((1, 1, 1), sdt, dev)  # Y: unused
     elif fused:
         mode, src, src2 = K.FUSED, a, y
-    Rb = _boundary(B, nb, M, dev)
+    if Rb is None:
+        (Rb,) = _boundary(B, nb, M, dev)
     _launcher(K.FORWARD[mode, fast, busy(B * nb, dev)])(
         B * nb,
         K.TB,
@@ -347,15 +352,20 @@ def forward(
 
 
 def backward(
-    P: torch.Tensor, grad_out: torch.Tensor | None, sums: bool = False
+    P: torch.Tensor,
+    grad_out: torch.Tensor | None,
+    sums: bool = False,
+    Gb: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Overwrite ``P[:, 1]`` with ``E * grad_out`` (``None``: ones); return that view
     (B, N, M) and, if ``sums``, its row and column sums as one (B, N + M) tensor in ``P``'s
-    dtype (else None)."""
+    dtype (else None).  ``Gb``: a boundary buffer from :func:`_boundary` (None: one is made
+    here)."""
     B, _, N, M = P.shape
     dev = P.device
     nb = -(-N // K.TB)
-    Gb = _boundary(B, nb, M, dev)
+    if Gb is None:
+        (Gb,) = _boundary(B, nb, M, dev)
     if grad_out is None:
         g = _constant((B,), 1.0, P.dtype, dev)
     else:
@@ -370,6 +380,20 @@ def backward(
     _launcher(kern)(B * nb, K.TB, _stream(dev), P.view(-1), N, M, g, Gb, S)
     launch_counts["backward"] += 1
     return P[:, 1], (S if sums else None)
+
+
+def forward_backward(
+    a: torch.Tensor, y: torch.Tensor | None, gamma: float, lo: int, hi: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`forward` with ``store``, then :func:`backward` for an upstream gradient of ones
+    with ``sums`` (both launches' boundary buffers from one fill): the values (B,), E
+    (B, N, M) (a view of ``P``) and E's row and column sums (B, N + M)."""
+    B, N = a.shape[0], a.shape[1]
+    M = y.shape[1] if y is not None else a.shape[2]
+    Rb, Gb = _boundary(B, -(-N // K.TB), M, a.device, 2)
+    out, P = forward(a, y, gamma, lo, hi, True, Rb)
+    E, S = backward(P, None, True, Gb)
+    return out, E, S
 
 
 def sqeuclidean(a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
