@@ -226,6 +226,19 @@ def busy_scan(steps: int = 3) -> None:
             f"backward {b['_build_backward']:8.1f} us",
             flush=True,
         )
+    # the fused forward without gradients (distances computed inside the DP kernel)
+    for B, N in [(1, 4096), (1, 16384), (4, 2048), (32, 512), (32, 1024)]:
+        x = torch.randn(B, N, 64, device="cuda")
+        y = torch.randn(B, N, 64, device="cuda")
+        ms = []
+        for force in (False, True):
+            _launch.FORCE_BUSY = force
+            ms.append(median_ms(lambda x=x, y=y: _no_grad(x, y, True), 5))
+        _launch.FORCE_BUSY = None
+        print(
+            f"B={B} N={N} D=64 fused no-grad forward: quiet {ms[0]:.3f} ms, busy {ms[1]:.3f} ms",
+            flush=True,
+        )
 
 
 def host(B: int = 32, N: int = 128, D: int = 64, n: int = 200) -> None:

@@ -34,17 +34,22 @@ FORCE_BUSY: bool | None = None
 _sm_counts: dict[int, int] = {}
 
 
-def busy(blocks: int, device: torch.device) -> bool:
-    """Whether a launch of ``blocks`` one-warp blocks keeps each SM scheduler busy with one
-    warp or more (``blocks >= 4 x SMs``): then the kernels' *busy* variant (boundary values
-    stored per step, read by plain L2 loads) beat the *quiet* one (published a group at a time
-    from shared memory, read by atomics) on the H200 at B = 32, N = 1024 (1024 blocks), and
-    the quiet one won at B = 1 (32 blocks); see :func:`sdtw.cuda._kernels._build_handoff`.
-    The threshold between those two measurements is a guess."""
+def busy(blocks: int, device: torch.device, inline: bool = False) -> bool:
+    """Whether a DP launch of ``blocks`` one-warp blocks takes the kernels' *busy* variant
+    (boundary values stored per step, read by plain L2 loads) rather than the *quiet* one
+    (published a group at a time from shared memory, read by atomics; see
+    :func:`sdtw.cuda._kernels._build_handoff`).
+
+    On the H200 (``probe-dev.txt``, run 38: ``probe --busy``) the busy variant was faster for
+    every launch measured, 16 to 1024 blocks: forward 8-15%, backward 20-27%.  ``inline``
+    (the fused forward without gradients, whose warps also compute the distances) keeps the
+    older rule, busy from ``4 x SMs`` blocks (one warp per SM scheduler) on."""
     if FORCE_BUSY is not None:
         return FORCE_BUSY
     if K.SIMULATED:
         return False
+    if not inline:
+        return True
     idx = device.index if device.index is not None else torch.cuda.current_device()
     n = _sm_counts.get(idx)
     if n is None:
@@ -330,7 +335,7 @@ def forward(
         mode, src, src2 = K.FUSED, a, y
     if Rb is None:
         (Rb,) = _boundary(B, nb, M, dev)
-    _launcher(K.FORWARD[mode, fast, busy(B * nb, dev)])(
+    _launcher(K.FORWARD[mode, fast, busy(B * nb, dev, mode == K.FUSED)])(
         B * nb,
         K.TB,
         streams,
