@@ -12,6 +12,7 @@ training step; ``--memory``: a step's peak memory split into forward and backwar
 host time of a synchronised step's forward and backward calls against its wall time (N = 512,
 1024); ``--bscan``: time against batch size at N = 1024; ``--ncu``: a few steps at B = 32,
 N = 1024 to run under Nsight Compute (``--ncu-band``: one band's forward, B = 1, N = 32, M = 8192);
+``--timeline``: each kernel's start and end in a traced training step, and the GPU's gaps;
 ``--busy``: the DP kernels' quiet and busy variants against the number of blocks;
 ``--kernels [N]``: each kernel's GPU time in a training step at B = 32, N = 1024 (or N)
 (torch.profiler); ``--trace OUTDIR``: Chrome traces (host and GPU timelines) of a few training
@@ -183,6 +184,57 @@ def steady(B: int = 32, D: int = 64, n: int = 30) -> None:
                 f"backward {med(bw):7.1f} us, wall {med(wall):7.1f} us",
                 flush=True,
             )
+
+
+def timeline(B: int = 32, D: int = 64, steps: int = 4) -> None:
+    """Where a training step's wall time goes (torch.profiler, synchronised steps): for the
+    last of ``steps`` traced steps, each GPU kernel's start and end and the launching host
+    op's time, all relative to the step's start, and the GPU's idle gaps over 5 us."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, record_function
+    from torch.profiler import profile as torch_profile
+
+    for N in (512, 1024):
+        for fused in (True, False):
+            x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+            y = torch.randn(B, N, D, device="cuda", requires_grad=True)
+
+            def step(x=x, y=y, fused=fused):
+                sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum().backward()
+                x.grad = y.grad = None
+
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+                for _ in range(steps):
+                    torch.cuda.synchronize()
+                    with record_function("sdtw-step"):
+                        step()
+                    torch.cuda.synchronize()
+            events = tp.events()
+            marks = sorted(e.time_range.start for e in events if e.name == "sdtw-step")
+            t0 = marks[-1]
+            gpu = [e for e in events if e.device_type == DeviceType.CUDA]
+            kern = sorted(
+                (e for e in gpu if e.time_range.start >= t0), key=lambda e: e.time_range.start
+            )
+            host_end = max(
+                e.time_range.end
+                for e in events
+                if e.device_type == DeviceType.CPU and e.time_range.start >= t0
+            )
+            print(f"-- B={B} N={N} D={D} fused={fused}: host ops end at {host_end - t0:.0f} us")
+            last = None
+            for e in kern:
+                gap = "" if last is None else f"  (gap {e.time_range.start - last:.0f})"
+                print(
+                    f"   {e.time_range.start - t0:7.0f} .. {e.time_range.end - t0:7.0f} us "
+                    f"{e.name[:60]}{gap}"
+                )
+                last = e.time_range.end
+            busy_us = sum(e.time_range.elapsed_us() for e in kern)
+            print(f"   GPU busy {busy_us:.0f} us of {last - t0:.0f} us", flush=True)
 
 
 def busy_scan(steps: int = 3) -> None:
@@ -474,6 +526,9 @@ def main() -> None:
         return
     if "--steady" in sys.argv:
         steady()
+        return
+    if "--timeline" in sys.argv:
+        timeline()
         return
     if "--busy" in sys.argv:
         busy_scan()
