@@ -12,7 +12,8 @@ training step; ``--memory``: a step's peak memory split into forward and backwar
 host time of a synchronised step's forward and backward calls against its wall time (N = 512,
 1024); ``--bscan``: time against batch size at N = 1024; ``--ncu``: a few steps at B = 32,
 N = 1024 to run under Nsight Compute (``--ncu-band``: one band's forward, B = 1, N = 32, M = 8192);
-``--timeline``: each kernel's start and end in a traced training step, and the GPU's gaps;
+``--hostsplit``: host time of each launcher function in a step; ``--timeline``: each
+kernel's start and end in a traced training step, and the GPU's gaps;
 ``--busy``: the DP kernels' quiet and busy variants against the number of blocks;
 ``--kernels [N]``: each kernel's GPU time in a training step at B = 32, N = 1024 (or N)
 (torch.profiler); ``--trace OUTDIR``: Chrome traces (host and GPU timelines) of a few training
@@ -184,6 +185,53 @@ def steady(B: int = 32, D: int = 64, n: int = 30) -> None:
                 f"backward {med(bw):7.1f} us, wall {med(wall):7.1f} us",
                 flush=True,
             )
+
+
+def host_split(B: int = 32, N: int = 512, D: int = 64, n: int = 40) -> None:
+    """Mean inclusive host time per step of each launcher-level function in a synchronised
+    training step (wrapped with timers; no profiler), fused and unfused."""
+    import functools
+    import time
+    from collections import defaultdict
+
+    import sdtw.cuda as sc
+    from sdtw.cuda import _launch
+
+    acc: dict = defaultdict(float)
+
+    def timed(name, fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            t0 = time.perf_counter_ns()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[name] += time.perf_counter_ns() - t0
+
+        return wrapper
+
+    for name in ("_boundary", "forward", "_park", "backward", "forward_backward", "sqeuclidean"):
+        setattr(_launch, name, timed(name, getattr(_launch, name)))
+    _launch._Launcher.__call__ = timed("launcher call", _launch._Launcher.__call__)
+    sc.sqeuclidean_grads = timed("sqeuclidean_grads", sc.sqeuclidean_grads)
+    sc._eager_grads = timed("_eager_grads", sc._eager_grads)
+    for fused in (True, False):
+        x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+        y = torch.randn(B, N, D, device="cuda", requires_grad=True)
+        for i in range(n + 3):
+            if i == 3:
+                acc.clear()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter_ns()
+            loss = sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum()
+            t1 = time.perf_counter_ns()
+            loss.backward()
+            t2 = time.perf_counter_ns()
+            acc["(step: forward call)"] += t1 - t0
+            acc["(step: backward call)"] += t2 - t1
+            x.grad = y.grad = None
+        for name, ns in acc.items():
+            print(f"B={B} N={N} fused={fused}: {ns / n / 1e3:8.1f} us  {name}", flush=True)
 
 
 def timeline(B: int = 32, D: int = 64, steps: int = 4) -> None:
@@ -526,6 +574,9 @@ def main() -> None:
         return
     if "--steady" in sys.argv:
         steady()
+        return
+    if "--hostsplit" in sys.argv:
+        host_split()
         return
     if "--timeline" in sys.argv:
         timeline()
