@@ -90,8 +90,8 @@ class _SqEuclidean(torch.autograd.Function):
     def backward(ctx, g: torch.Tensor):
         x, y = ctx.saved_tensors
         need_x, need_y = ctx.needs_input_grad[:2]
-        rows = g.sum(2) if need_x else None
-        cols = g.sum(1) if need_y else None
+        rows = g.sum(2, keepdim=True) if need_x else None
+        cols = g.sum(1).unsqueeze(2) if need_y else None
         return sqeuclidean_grads(x, y, g, rows, cols, need_x, need_y)
 
 

@@ -185,6 +185,13 @@ def test_launch_parameter_buffer():
         _launch._param_format([1, 2], [(0, 8)])  # more values than parameters
     with pytest.raises(TypeError):
         _launch._signature((np.int64(3),))
+    # a _View packs exactly what its torch view would (key and flat values)
+    base = torch.arange(40, dtype=torch.float64)
+    for shape, offset in [((2, 3), 12), ((7,), 0), ((3, 1), 5), ((1, 1), 39), ((2, 1, 4), 1)]:
+        v = _launch._View(base, shape, offset)
+        n = int(np.prod(shape))
+        assert torch.equal(v.tensor(), base[offset : offset + n].view(shape))
+        assert _launch._signature((v, 3)) == _launch._signature((v.tensor(), 3))
     params = _launch._ParamBuffer(16)
     other = []
     worker = threading.Thread(target=lambda: other.append(params.buf))

@@ -6,6 +6,7 @@ Internal asserts only; the public entry has validated everything.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import struct
 import threading
@@ -104,7 +105,8 @@ class _Launcher:
         key, flat = _signature(args)
         entry = self.cache.get(key)
         if entry is None or entry is False or K.SIMULATED:
-            conv = [_arr(a) if isinstance(a, torch.Tensor) else a for a in args]
+            conv = [a.tensor() if type(a) is _View else a for a in args]
+            conv = [_arr(a) if isinstance(a, torch.Tensor) else a for a in conv]
             self.dispatcher[grid, block, stream](*conv)
             if entry is None and not K.SIMULATED:
                 self.cache[key] = self._find(conv, flat)
@@ -162,14 +164,47 @@ class _ParamBuffer(threading.local):
         )
 
 
+class _View:
+    """A kernel argument: the C-contiguous view of ``shape`` into contiguous tensor ``t`` from
+    element ``offset``.  The fast launch packs it straight from ``t``'s address; only Numba's
+    own launch (the first call, the simulator) makes it a torch view.  A torch view op costs
+    host time on every launch, 5-25 us each on the H200 machine's host (``probe-dev.txt``,
+    run 40), and a step used about ten."""
+
+    __slots__ = ("offset", "shape", "t")
+
+    def __init__(self, t: torch.Tensor, shape: tuple, offset: int = 0) -> None:
+        self.t, self.shape, self.offset = t, shape, offset
+
+    def tensor(self) -> torch.Tensor:
+        n = math.prod(self.shape)
+        return self.t.view(-1)[self.offset : self.offset + n].view(self.shape)
+
+
+def _flat(t: torch.Tensor) -> _View:
+    """``t`` (contiguous) as a 1-D kernel argument."""
+    return _View(t, (t.numel(),))
+
+
 def _signature(args: tuple) -> tuple[tuple, list]:
     """The kernel arguments' cache key (dtype, rank and contiguity of each tensor, the type of
     each scalar) and their flat parameter values in Numba's calling convention, in one pass
-    (host time: this runs on every launch)."""
+    (host time: this runs on every launch).  A :class:`_View` gets what its torch view
+    would."""
     key: list = []
     flat: list = []
     for a in args:
-        if isinstance(a, torch.Tensor):
+        if type(a) is _View:
+            t, sh = a.t, a.shape
+            isz = t.element_size()
+            key.append((t.dtype, len(sh), True))
+            flat += (0, 0, math.prod(sh), isz, t.data_ptr() + a.offset * isz, *sh)
+            st, strides = isz, []
+            for n in reversed(sh):
+                strides.append(st)
+                st *= n
+            flat += reversed(strides)
+        elif isinstance(a, torch.Tensor):
             sh = a.shape
             isz = a.element_size()
             key.append((a.dtype, len(sh), a.is_contiguous()))
@@ -267,9 +302,9 @@ def _boundary(B: int, nb: int, M: int, device: torch.device, count: int = 1) -> 
     extra = K.STAMPS * B * nb if K.TIMING else 0
     n = B * nb * (M + 1) + extra + 1
     hand = torch.full((count * n,), K.SENTINEL, dtype=torch.int64, device=device)
-    views = hand.split(n) if count > 1 else (hand,)
+    views = tuple(_View(hand, (n,), k * n) for k in range(count))
     if K.TIMING:
-        timing_buffers.extend(views)
+        timing_buffers.extend(v.tensor() for v in views)
     return views
 
 
@@ -280,7 +315,7 @@ def forward(
     lo: int,
     hi: int,
     store: bool,
-    Rb: torch.Tensor | None = None,
+    Rb: _View | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run the forward kernel (and, fused with ``store``, the distances into ``P`` before it).
 
@@ -322,13 +357,13 @@ def forward(
         P = _placeholder((2,), sdt, dev)  # not written without ``store``
     mode = K.COST
     # The kernel's X (flat, but for the fused mode's features) and Y (unused unless fused)
-    src, src2 = a.view(-1), a
-    p_arg = P.view(-1)
+    src, src2 = _flat(a), a
+    p_arg = _flat(P)
     if fused and store:
         # float64 distances from the park kernel: float64 P, plane 0; float32 P, as float32
         # bits' high and low words in planes 1 and 0.  The kernel reads and writes P through X.
         _park(K.PARK32 if fast else K.PARK, a, y, P, streams)
-        mode, src = (K.HILO if fast else K.SPLIT), P.view(-1)
+        mode, src = (K.HILO if fast else K.SPLIT), _flat(P)
         p_arg = _placeholder((2,), sdt, dev)  # (the weights go through X)
         src2 = _placeholder((1, 1, 1), sdt, dev)  # Y: unused
     elif fused:
@@ -360,12 +395,12 @@ def backward(
     P: torch.Tensor,
     grad_out: torch.Tensor | None,
     sums: bool = False,
-    Gb: torch.Tensor | None = None,
+    Gb: _View | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Overwrite ``P[:, 1]`` with ``E * grad_out`` (``None``: ones); return that view
-    (B, N, M) and, if ``sums``, its row and column sums as one (B, N + M) tensor in ``P``'s
-    dtype (else None).  ``Gb``: a boundary buffer from :func:`_boundary` (None: one is made
-    here)."""
+    (B, N, M) and, if ``sums``, its row and column sums as one (B, N + M, 1) tensor in
+    ``P``'s dtype (else None; the trailing 1 saves the callers a view to broadcast them).
+    ``Gb``: a boundary buffer from :func:`_boundary` (None: one is made here)."""
     B, _, N, M = P.shape
     dev = P.device
     nb = -(-N // K.TB)
@@ -378,11 +413,12 @@ def backward(
         if g.dtype not in (torch.float32, torch.float64):
             g = g.double()
     if sums:
-        S = torch.zeros((B, N + M), dtype=P.dtype, device=dev)
+        S = torch.zeros((B, N + M, 1), dtype=P.dtype, device=dev)
+        s_arg = _View(S, (B, N + M))
     else:
-        S = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums`` tells the kernel: none
+        S = s_arg = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums``: none
     kern = K.BACKWARD[P.dtype == torch.float32, busy(B * nb, dev)]
-    _launcher(kern)(B * nb, K.TB, _stream(dev), P.view(-1), N, M, g, Gb, S)
+    _launcher(kern)(B * nb, K.TB, _stream(dev), _flat(P), N, M, g, Gb, s_arg)
     launch_counts["backward"] += 1
     return P[:, 1], (S if sums else None)
 
@@ -392,7 +428,7 @@ def forward_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`forward` with ``store``, then :func:`backward` for an upstream gradient of ones
     with ``sums`` (both launches' boundary buffers from one fill): the values (B,), E
-    (B, N, M) (a view of ``P``) and E's row and column sums (B, N + M)."""
+    (B, N, M) (a view of ``P``) and E's row and column sums (B, N + M, 1)."""
     B, N = a.shape[0], a.shape[1]
     M = y.shape[1] if y is not None else a.shape[2]
     Rb, Gb = _boundary(B, -(-N // K.TB), M, a.device, 2)
@@ -416,5 +452,5 @@ def _park(kernel, a: torch.Tensor, y: torch.Tensor, out: torch.Tensor, streams) 
     B, N, D = a.shape
     M = y.shape[1]
     tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
-    _launcher(kernel)(tiles, K.PARK_THREADS, streams, a.view(-1), y.view(-1), out.view(-1), N, M, D)
+    _launcher(kernel)(tiles, K.PARK_THREADS, streams, _flat(a), _flat(y), _flat(out), N, M, D)
     launch_counts["forward"] += 1
