@@ -288,7 +288,7 @@ def timeline(B: int = 32, D: int = 64, steps: int = 4) -> None:
 def busy_scan(steps: int = 3) -> None:
     """DP forward and backward kernel time (torch.profiler, cost path with gradients) of the
     quiet and the busy variant (``_launch.FORCE_BUSY``) against the number of blocks (B times
-    the bands per pair): where the ``_launch.busy`` rule should switch."""
+    the bands per pair): the data behind the ``_launch.busy`` rule."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -372,7 +372,7 @@ def host(B: int = 32, N: int = 128, D: int = 64, n: int = 200) -> None:
         "sdtw.softdtw unfused, no_grad": lambda: _no_grad(x, y, False),
         "pairwise_cost": lambda: sdtw.functional.pairwise_cost(xd, y, "sqeuclidean"),
     }
-    _, P = _launch.forward(xd, y, 1.0, N, N, True)
+    _, P, _ = _launch.forward(xd, y, 1.0, N, N, True)
     g1 = torch.ones(B, device="cuda")
     g0 = torch.ones(1, device="cuda").expand(B)
     rows["_launch.backward, contiguous grad"] = lambda: _launch.backward(P, g1)

@@ -27,15 +27,18 @@ fused distances               0 (in ``P``)               forward: each cell's fl
                                                          DP overwrites it with that cell's
                                                          weights
 ``E`` (gradient wrt cost)     0 (written into ``P``)     backward
-boundary rows ``Rb``/``Gb``   ``8 ceil(N/32) (M + 1)``   one pass (about ``N M / 4`` bytes;
-                                                         the ticket counter is its last element)
+boundary rows ``Rb``/``Gb``   ``8 ceil(N/32) (M + 1)``   one pass each (about ``N M / 4``
+                              each                       bytes; the ticket counter is its last
+                                                         element); from x, y both come from
+                                                         one fill and live through the
+                                                         forward call
 E's row/column sums (x, y)    ``s (N + M)``              backward
 grads wrt x, y                ``s (N + M) D``            forward -> end of backward (from
                                                          x, y: all that a pair holds then)
 cost (unfused only)           ``s N M`` (caller's)       caller
 ============================  =========================  ====================================
 
-So a fused float32 step peaks near ``8 N M`` bytes per pair (+3%), an unfused one near
+So a fused float32 step peaks near ``8 N M`` bytes per pair (+6%), an unfused one near
 ``12 N M``, both inside the forward call (from x, y); between forward and backward a pair
 holds its gradients only.  A forward without gradient stores no (N, M) buffer at all (fused,
 it computes the distances inside the DP kernel).  Launches per training step, whatever N
@@ -136,7 +139,7 @@ class _CostFunction(torch.autograd.Function):
     def forward(ctx, cost: torch.Tensor, gamma: float, lo: int, hi: int, need: bool):
         _launch = _launcher_module()
         c = _kernel_dtype(cost).contiguous()
-        out, P = _launch.forward(c, None, gamma, lo, hi, store=need)
+        out, P, _ = _launch.forward(c, None, gamma, lo, hi, store=need)
         ctx.P = P
         return out.to(cost.dtype)
 
@@ -173,7 +176,8 @@ def _eager_grads(ctx, a: torch.Tensor, y, gamma, lo, hi, x: torch.Tensor, yd: to
     # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
     # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
     need_x, need_y = ctx.needs_input_grad[:2]
-    ctx.grads = sqeuclidean_grads(xe, ye, E, S[:, :N], S[:, N:], need_x, need_y)
+    rows, cols = S.split((N, S.shape[1] - N), 1)
+    ctx.grads = sqeuclidean_grads(xe, ye, E, rows, cols, need_x, need_y)
     ctx.dtypes = (x.dtype, yd.dtype)
     return out
 
@@ -198,7 +202,7 @@ class _FusedFunction(torch.autograd.Function):
         if need:
             out = _eager_grads(ctx, xk, yk, gamma, lo, hi, x, y)
         else:
-            out, _ = _launch.forward(xk, yk, gamma, lo, hi, store=False)
+            out, _, _ = _launch.forward(xk, yk, gamma, lo, hi, store=False)
         return out.to(x.dtype)
 
     @staticmethod
@@ -222,7 +226,7 @@ class _SqEuclideanCostFunction(torch.autograd.Function):
         if need:
             out = _eager_grads(ctx, cost, None, gamma, lo, hi, x, y)
         else:
-            out, _ = _launch.forward(cost, None, gamma, lo, hi, store=False)
+            out, _, _ = _launch.forward(cost, None, gamma, lo, hi, store=False)
         return out.to(x.dtype)
 
     @staticmethod

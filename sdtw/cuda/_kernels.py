@@ -543,7 +543,9 @@ def _build_handoff(busy: bool):
     at B = 1 the group flush with atomics gave 0.43-0.45 ms at N = 1024 (against 0.56-0.57)
     and 1.21 ms for one band of 8192 columns (against 1.32-1.45 with per-step stores).  (ncu
     had put 11% of one band's stall samples on long-scoreboard waits at 4 places per chunk,
-    on the registers of the per-step store or of the prefetched read: run 15.)
+    on the registers of the per-step store or of the prefetched read: run 15.)  The kernels
+    of run 28 on turned this around: busy was the faster from 16 blocks up (runs 38-39), and
+    it is the GPU default now (:func:`sdtw.cuda._launch.busy`).
     """
     poll = _poll_relaxed if busy else _poll_atomic
     flush = not busy

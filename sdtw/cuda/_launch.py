@@ -30,32 +30,25 @@ launch_counts: Counter = Counter()
 
 _streams: dict[int, object] = {}
 
-#: Force the *busy* (True) or *quiet* (False) kernel variants (tests); None: by occupancy.
+#: Force the *busy* (True) or *quiet* (False) kernel variants (tests); None: :func:`busy`.
 FORCE_BUSY: bool | None = None
-_sm_counts: dict[int, int] = {}
 
 
-def busy(blocks: int, device: torch.device, inline: bool = False) -> bool:
-    """Whether a DP launch of ``blocks`` one-warp blocks takes the kernels' *busy* variant
-    (boundary values stored per step, read by plain L2 loads) rather than the *quiet* one
-    (published a group at a time from shared memory, read by atomics; see
-    :func:`sdtw.cuda._kernels._build_handoff`).
+def busy() -> bool:
+    """Whether DP launches take the kernels' *busy* variant (boundary values stored per step,
+    read by plain L2 loads) rather than the *quiet* one (published a group at a time from
+    shared memory, read by atomics; see :func:`sdtw.cuda._kernels._build_handoff`).
 
-    On the H200 (``probe-dev.txt``, run 38: ``probe --busy``) the busy variant was faster for
-    every launch measured, 16 to 1024 blocks: forward 8-15%, backward 20-27%.  ``inline``
-    (the fused forward without gradients, whose warps also compute the distances) keeps the
-    older rule, busy from ``4 x SMs`` blocks (one warp per SM scheduler) on."""
+    On the H200 the busy variant was the faster at every size measured (``probe-dev.txt``):
+    DP kernels of the cost path at 16 to 1024 blocks (run 38, ``probe --busy``: forward
+    8-15%, backward 20-27% faster) and the fused forward without gradients at B = 1, N = 4096
+    and 16384, B = 4, N = 2048 and B = 32, N = 512 and 1024 (run 39: 0.2-6% faster).  (An
+    earlier rule took the quiet one below 4 blocks per SM, from a measurement of older
+    kernels.)  The simulator runs the quiet one unless ``FORCE_BUSY`` says otherwise (tests
+    cover both)."""
     if FORCE_BUSY is not None:
         return FORCE_BUSY
-    if K.SIMULATED:
-        return False
-    if not inline:
-        return True
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    n = _sm_counts.get(idx)
-    if n is None:
-        n = _sm_counts[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return blocks >= 4 * n
+    return not K.SIMULATED
 
 
 def _arr(t: torch.Tensor):
@@ -167,9 +160,10 @@ class _ParamBuffer(threading.local):
 class _View:
     """A kernel argument: the C-contiguous view of ``shape`` into contiguous tensor ``t`` from
     element ``offset``.  The fast launch packs it straight from ``t``'s address; only Numba's
-    own launch (the first call, the simulator) makes it a torch view.  A torch view op costs
-    host time on every launch, 5-25 us each on the H200 machine's host (``probe-dev.txt``,
-    run 40), and a step used about ten."""
+    own launch (the first call, the simulator) makes it a torch view.  Every torch op costs
+    host time on each launch, and the H200 machine's host is slow at it (``probe-dev.txt``,
+    run 41: 29-39 us per launcher call, 40-70 us for one ``torch.full`` and a split); a step
+    made about ten views for its launches."""
 
     __slots__ = ("offset", "shape", "t")
 
@@ -315,8 +309,8 @@ def forward(
     lo: int,
     hi: int,
     store: bool,
-    Rb: _View | None = None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+    spare: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, _View | None]:
     """Run the forward kernel (and, fused with ``store``, the distances into ``P`` before it).
 
     Parameters
@@ -324,11 +318,15 @@ def forward(
     a : (B, N, M) cost (unfused, ``y is None``) or (B, N, D) x (fused); float32 or float64.
     y : (B, M, D) or None.
     store : keep the weights ``P`` (B, 2, N, M) for a backward pass.
-    Rb : a boundary buffer from :func:`_boundary` (None: one is made here).
+    spare : also make the backward's boundary buffer, in the same fill.
 
     Returns
     -------
-    values (B,) in ``a``'s dtype, and ``P`` or None.
+    values (B,) in ``a``'s dtype, ``P`` or None, and the spare boundary buffer or None.
+
+    The park kernel is launched before any other allocation: the GPU has nothing to do until
+    then (at B = 32, N = 1024 a torch.profiler trace showed it idle ~160 us before the park
+    while the host made the boundary buffer; ``probe-dev.txt``, run 40).
 
     Fused with ``store``, the squared distances are first put in ``P`` and the forward reads
     them from there, overwriting each cell with its weights: no buffer besides ``P``.  They
@@ -349,7 +347,6 @@ def forward(
     nb = -(-N // K.TB)
     sdt = storage_dtype(a.dtype)
     fast = sdt == torch.float32
-    out = torch.empty(B, dtype=a.dtype, device=dev)
     streams = _stream(dev)
     if store:
         P = torch.empty((B, 2, N, M), dtype=sdt, device=dev)
@@ -368,9 +365,9 @@ def forward(
         src2 = _placeholder((1, 1, 1), sdt, dev)  # Y: unused
     elif fused:
         mode, src, src2 = K.FUSED, a, y
-    if Rb is None:
-        (Rb,) = _boundary(B, nb, M, dev)
-    _launcher(K.FORWARD[mode, fast, busy(B * nb, dev, mode == K.FUSED)])(
+    out = torch.empty(B, dtype=a.dtype, device=dev)
+    bufs = _boundary(B, nb, M, dev, 2 if spare else 1)
+    _launcher(K.FORWARD[mode, fast, busy()])(
         B * nb,
         K.TB,
         streams,
@@ -383,12 +380,12 @@ def forward(
         int(lo),
         int(hi),
         p_arg,
-        Rb,
+        bufs[0],
         out,
         store,
     )
     launch_counts["forward"] += 1
-    return out, (P if store else None)
+    return out, (P if store else None), (bufs[1] if spare else None)
 
 
 def backward(
@@ -417,7 +414,7 @@ def backward(
         s_arg = _View(S, (B, N + M))
     else:
         S = s_arg = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums``: none
-    kern = K.BACKWARD[P.dtype == torch.float32, busy(B * nb, dev)]
+    kern = K.BACKWARD[P.dtype == torch.float32, busy()]
     _launcher(kern)(B * nb, K.TB, _stream(dev), _flat(P), N, M, g, Gb, s_arg)
     launch_counts["backward"] += 1
     return P[:, 1], (S if sums else None)
@@ -429,10 +426,7 @@ def forward_backward(
     """:func:`forward` with ``store``, then :func:`backward` for an upstream gradient of ones
     with ``sums`` (both launches' boundary buffers from one fill): the values (B,), E
     (B, N, M) (a view of ``P``) and E's row and column sums (B, N + M, 1)."""
-    B, N = a.shape[0], a.shape[1]
-    M = y.shape[1] if y is not None else a.shape[2]
-    Rb, Gb = _boundary(B, -(-N // K.TB), M, a.device, 2)
-    out, P = forward(a, y, gamma, lo, hi, True, Rb)
+    out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True)
     E, S = backward(P, None, True, Gb)
     return out, E, S
 
