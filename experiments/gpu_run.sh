@@ -1,32 +1,59 @@
 #!/usr/bin/env bash
-# One GPU call: the GPU tests, compute-sanitizer on a small case, then benchmark sweeps.
-# Usage: bash experiments/gpu_run.sh OUTDIR [SWEEP ...]   (default sweeps: paper-grid gamma)
-# Writes OUTDIR/tests.log, OUTDIR/sanitizer.log, OUTDIR/probe.txt (experiments.probe),
-# OUTDIR/kernels.txt (experiments.probe --kernels: GPU time per kernel in a step) and
-# OUTDIR/<sweep>.csv; prints the summaries.
-# Set SDTW_SKIP_TESTS=1 to run only the sweeps.  Extra run.py flags go in SDTW_RUN_FLAGS.
+# One GPU call: the GPU tests, compute-sanitizer on a small case, probes, then benchmark sweeps.
+# Usage: bash experiments/gpu_run.sh OUTDIR [SWEEP ...]   (default sweeps: targets paper-grid gamma)
+# Writes OUTDIR/<sweep>.csv and OUTDIR/gpu-run.tar.gz, which holds those and tests.log,
+# sanitizer.log, probe.txt (experiments.probe), steady.txt (probe --steady: host vs wall time of
+# a step), kernels.txt (probe --kernels N for N = 512, 1024, 2048: GPU time per kernel in a
+# step) and sweeps.log (the device tool returns at most 8 files); prints the summaries.
+# Each step has a time limit (seconds: SDTW_T_TESTS, SDTW_T_SANITIZER per tool, SDTW_T_PROBE,
+# SDTW_T_SWEEPS in all); a step cut short says so in its log.  SDTW_SKIP_TESTS=1 runs only the
+# sweeps; extra run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused").
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUTDIR [SWEEP ...]}
 shift
 sweeps=("$@")
-[ ${#sweeps[@]} -eq 0 ] && sweeps=(paper-grid gamma)
+[ ${#sweeps[@]} -eq 0 ] && sweeps=(targets paper-grid gamma)
 mkdir -p "$out"
+stage=$(mktemp -d)  # everything is written here, then packed into OUTDIR
+real_out=$out
+out=$stage
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 status=0
+limited() {  # limited SECONDS LOG CMD...: run CMD, appending to LOG; note a timeout there
+    local secs=$1 log=$2
+    shift 2
+    timeout "$secs" "$@" >> "$log" 2>&1
+    local rc=$?
+    [ "$rc" -eq 124 ] && echo "gpu_run.sh: cut after ${secs} s: $*" | tee -a "$log"
+    return "$rc"
+}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 if [ "${SDTW_SKIP_TESTS:-0}" != 1 ]; then
-    python3 -m pytest -q -m cuda -p no:cacheprovider tests 2>&1 | tee "$out/tests.log" | tail -5
-    status=${PIPESTATUS[0]}
-    {
-        compute-sanitizer --tool memcheck --report-api-errors no python3 -m experiments.sanitize_case
-        compute-sanitizer --tool racecheck python3 -m experiments.sanitize_case
-    } > "$out/sanitizer.log" 2>&1
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard" "$out/sanitizer.log" | sort | uniq -c
-    python3 -m experiments.probe 2>&1 | grep -v Warning | tee "$out/probe.txt"
-    python3 -m experiments.probe --kernels 2>&1 | grep "^B=" | tee "$out/kernels.txt"
+    limited "${SDTW_T_TESTS:-240}" "$out/tests.log" \
+        python3 -m pytest -q -m cuda -p no:cacheprovider tests
+    status=$?
+    tail -3 "$out/tests.log"
+    : > "$out/sanitizer.log"
+    limited "${SDTW_T_SANITIZER:-180}" "$out/sanitizer.log" compute-sanitizer --tool memcheck \
+        --report-api-errors no python3 -m experiments.sanitize_case
+    limited "${SDTW_T_SANITIZER:-180}" "$out/sanitizer.log" compute-sanitizer --tool racecheck \
+        python3 -m experiments.sanitize_case
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|cut after" "$out/sanitizer.log" |
+        sort | uniq -c
+    limited "${SDTW_T_PROBE:-120}" "$out/probe.txt" python3 -m experiments.probe
+    limited "${SDTW_T_PROBE:-120}" "$out/steady.txt" python3 -m experiments.probe --steady
+    for n in 512 1024 2048; do
+        limited "${SDTW_T_PROBE:-120}" "$out/kernels-raw.txt" python3 -m experiments.probe --kernels "$n"
+    done
+    grep -E "^B=|cut after" "$out/kernels-raw.txt" > "$out/kernels.txt"
+    rm -f "$out/kernels-raw.txt"
+    grep -E "^B=|cut after" "$out/steady.txt" "$out/kernels.txt" | grep -E "all kernels|wall|cut"
 fi
 args=()
 for s in "${sweeps[@]}"; do args+=(--sweep "$s"); done
 # shellcheck disable=SC2086
-python3 -m experiments.run "${args[@]}" --out "$out" ${SDTW_RUN_FLAGS:-} 2>&1 | grep -v Warning
+python3 -m experiments.run "${args[@]}" --out "$out" --time-limit-s "${SDTW_T_SWEEPS:-300}" \
+    ${SDTW_RUN_FLAGS:-} 2>&1 | grep -v Warning | tee "$out/sweeps.log" | tail -40
+cp "$stage"/*.csv "$real_out"/ 2>/dev/null
+tar -czf "$real_out/gpu-run.tar.gz" -C "$stage" .
 exit "$status"

@@ -450,6 +450,27 @@ def test_sim_no_grad_stores_nothing(monkeypatch, rng, fused):
 
 @requires_gpu
 @pytest.mark.cuda
+@pytest.mark.parametrize("fused", [True, False])
+def test_gpu_forward_keeps_only_gradients(rng, fused):
+    """From x, y the forward call computes the gradients and frees its (N, M) buffers before it
+    returns: until the backward, a pair holds only its value and its gradients (the weights
+    alone would be 8 N M bytes per pair, 2.4 MB here)."""
+    B, N, M, D = 4, 300, 257, 16
+    x = randn(rng, B, N, D, dtype=torch.float32, device="cuda").requires_grad_()
+    y = randn(rng, B, M, D, dtype=torch.float32, device="cuda").requires_grad_()
+    sdtw.softdtw(x, y, backend="cuda", fused=fused).sum().backward()  # compile, fill caches
+    x.grad = y.grad = None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    v = sdtw.softdtw(x, y, backend="cuda", fused=fused)
+    held = torch.cuda.memory_allocated() - before
+    assert held <= 4 * B * (N + M) * D + 64 * 1024, held
+    gx, gy = torch.autograd.grad(v, (x, y), torch.ones_like(v))
+    assert torch.isfinite(gx).all() and torch.isfinite(gy).all()
+
+
+@requires_gpu
+@pytest.mark.cuda
 def test_gpu_default_rule_without_grad(rng):
     """``fused=None`` under ``no_grad`` asks the driver for free memory and takes the unfused
     path when the cost fits; the value is the same either way."""
