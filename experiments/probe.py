@@ -234,32 +234,39 @@ def host_split(B: int = 32, N: int = 512, D: int = 64, n: int = 40) -> None:
             print(f"B={B} N={N} fused={fused}: {ns / n / 1e3:8.1f} us  {name}", flush=True)
 
 
+def _traced(x, y, fused: bool, steps: int, label: str = "sdtw-step"):
+    """torch.profiler (host and GPU) of ``steps`` synchronised training steps on x, y after three
+    untraced ones, each step inside ``record_function(label)``."""
+    from torch.profiler import ProfilerActivity, record_function
+    from torch.profiler import profile as torch_profile
+
+    def step():
+        sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum().backward()
+        x.grad = y.grad = None
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
+        for _ in range(steps):
+            torch.cuda.synchronize()
+            with record_function(label):
+                step()
+            torch.cuda.synchronize()
+    return tp
+
+
 def timeline(B: int = 32, D: int = 64, steps: int = 4) -> None:
     """Where a training step's wall time goes (torch.profiler, synchronised steps): for the
     last of ``steps`` traced steps, each GPU kernel's start and end and the launching host
     op's time, all relative to the step's start, and the GPU's idle gaps over 5 us."""
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, record_function
-    from torch.profiler import profile as torch_profile
 
     for N in (512, 1024):
         for fused in (True, False):
             x = torch.randn(B, N, D, device="cuda", requires_grad=True)
             y = torch.randn(B, N, D, device="cuda", requires_grad=True)
-
-            def step(x=x, y=y, fused=fused):
-                sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum().backward()
-                x.grad = y.grad = None
-
-            for _ in range(3):
-                step()
-            torch.cuda.synchronize()
-            with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
-                for _ in range(steps):
-                    torch.cuda.synchronize()
-                    with record_function("sdtw-step"):
-                        step()
-                    torch.cuda.synchronize()
+            tp = _traced(x, y, fused, steps)
             events = tp.events()
             marks = sorted(e.time_range.start for e in events if e.name == "sdtw-step")
             t0 = marks[-1]
@@ -285,12 +292,24 @@ def timeline(B: int = 32, D: int = 64, steps: int = 4) -> None:
             print(f"   GPU busy {busy_us:.0f} us of {last - t0:.0f} us", flush=True)
 
 
+def _gpu_profiled(step, steps: int):
+    """torch.profiler (GPU only) of ``steps`` calls of ``step`` after one untraced call."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    step()
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as tp:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    return tp
+
+
 def busy_scan(steps: int = 3) -> None:
     """DP forward and backward kernel time (torch.profiler, cost path with gradients) of the
     quiet and the busy variant (``_launch.FORCE_BUSY``) against the number of blocks (B times
     the bands per pair): the data behind the ``_launch.busy`` rule."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
 
     from sdtw.cuda import _launch
 
@@ -306,12 +325,7 @@ def busy_scan(steps: int = 3) -> None:
                 sdtw.softdtw_from_cost(cost, backend="cuda").sum().backward()
                 cost.grad = None
 
-            step()
-            torch.cuda.synchronize()
-            with torch_profile(activities=[ProfilerActivity.CUDA]) as tp:
-                for _ in range(steps):
-                    step()
-                torch.cuda.synchronize()
+            tp = _gpu_profiled(step, steps)
             times = {"_build_forward": 0.0, "_build_backward": 0.0}
             for e in tp.key_averages():
                 for k in times:
@@ -445,8 +459,6 @@ def ncu_band_case(N: int = 32, M: int = 8192) -> None:
 def kernels(N: int = 1024, B: int = 32, D: int = 64, steps: int = 5) -> None:
     """Each kernel's GPU time in a fused and an unfused training step (torch.profiler, average
     per call over ``steps`` steps after a warm-up)."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
 
     x = torch.randn(B, N, D, device="cuda", requires_grad=True)
     y = torch.randn(B, N, D, device="cuda", requires_grad=True)
@@ -456,12 +468,7 @@ def kernels(N: int = 1024, B: int = 32, D: int = 64, steps: int = 5) -> None:
             sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum().backward()
             x.grad = y.grad = None
 
-        step()
-        torch.cuda.synchronize()
-        with torch_profile(activities=[ProfilerActivity.CUDA]) as tp:
-            for _ in range(steps):
-                step()
-            torch.cuda.synchronize()
+        tp = _gpu_profiled(step, steps)
         rows = [e for e in tp.key_averages() if str(e.device_type).endswith("CUDA")]
         total = 0.0
         for e in sorted(rows, key=lambda e: -e.self_device_time_total):
@@ -483,26 +490,11 @@ def trace(out: str, B: int = 32, D: int = 64, steps: int = 4) -> None:
     GPU waits for the host.  Files ``trace-N<N>-<fused|unfused>.json`` in ``out``."""
     import os
 
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-
     os.makedirs(out, exist_ok=True)
     for N, fused in ((512, True), (512, False), (1024, True), (128, True)):
         x = torch.randn(B, N, D, device="cuda", requires_grad=True)
         y = torch.randn(B, N, D, device="cuda", requires_grad=True)
-
-        def step(fused=fused, x=x, y=y):
-            sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum().backward()
-            x.grad = y.grad = None
-
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
-        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as tp:
-            for _ in range(steps):
-                torch.cuda.synchronize()
-                step()
-            torch.cuda.synchronize()
+        tp = _traced(x, y, fused, steps)
         name = f"trace-N{N}-{'fused' if fused else 'unfused'}.json"
         tp.export_chrome_trace(os.path.join(out, name))
         print(f"wrote {name}", flush=True)

@@ -190,49 +190,29 @@ def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:
     )
 
 
-class _FusedFunction(torch.autograd.Function):
-    """Fused squared-Euclidean soft-DTW of x, y; gradients computed in the forward
-    (:func:`_eager_grads`)."""
+class _PairFunction(torch.autograd.Function):
+    """Squared-Euclidean soft-DTW of x, y: ``fused``, the distances parked in the weights
+    buffer (or, without gradients, computed inside the DP kernel); unfused, the (B, N, M)
+    cost tensor from the park kernel (:func:`sqeuclidean_cost`), then the DP on it.  With
+    gradients both run the same E-to-gradient step (:func:`_eager_grads`, E's row and column
+    sums from the DP backward kernel) inside the forward."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int, need: bool):
-        _launch = _launcher_module()
-        xk = _kernel_dtype(x).contiguous()
-        yk = _kernel_dtype(y).contiguous()
-        if need:
-            out = _eager_grads(ctx, xk, yk, gamma, lo, hi, x, y)
-        else:
-            out, _, _ = _launch.forward(xk, yk, gamma, lo, hi, store=False)
-        return out.to(x.dtype)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out: torch.Tensor):
-        return (*_scaled_grads(ctx, grad_out), None, None, None, None)
-
-
-class _SqEuclideanCostFunction(torch.autograd.Function):
-    """Unfused squared-Euclidean soft-DTW of x, y: the (B, N, M) cost tensor from the park
-    kernel (:func:`sqeuclidean_cost`), then the DP on it; gradients computed in the forward
-    (:func:`_eager_grads`, the same E-to-gradient step as the fused path, so E's row and
-    column sums come from the kernel rather than two reductions over E)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int, need: bool):
+    def forward(ctx, x: torch.Tensor, y: torch.Tensor, gamma, lo, hi, need: bool, fused: bool):
         _launch = _launcher_module()
         xk = _kernel_dtype(x).contiguous()
         yk = _kernel_dtype(y).to(xk.dtype).contiguous()
-        cost = _launch.sqeuclidean(xk, yk)
+        a, b = (xk, yk) if fused else (_launch.sqeuclidean(xk, yk), None)
         if need:
-            out = _eager_grads(ctx, cost, None, gamma, lo, hi, x, y)
+            out = _eager_grads(ctx, a, b, gamma, lo, hi, x, y)
         else:
-            out, _, _ = _launch.forward(cost, None, gamma, lo, hi, store=False)
+            out, _, _ = _launch.forward(a, b, gamma, lo, hi, store=False)
         return out.to(x.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: torch.Tensor):
-        return (*_scaled_grads(ctx, grad_out), None, None, None, None)
+        return (*_scaled_grads(ctx, grad_out), None, None, None, None, None)
 
 
 def needs_grad(*ts: torch.Tensor) -> bool:
@@ -268,7 +248,7 @@ def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Te
 
 def softdtw_fused(x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
     """Fused squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,)."""
-    return _FusedFunction.apply(x, y, gamma, lo, hi, needs_grad(x, y))
+    return _PairFunction.apply(x, y, gamma, lo, hi, needs_grad(x, y), True)
 
 
 def softdtw_sqeuclidean(
@@ -276,4 +256,4 @@ def softdtw_sqeuclidean(
 ) -> torch.Tensor:
     """Unfused squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,): the cost
     tensor from :func:`sqeuclidean_cost`, then the DP on it."""
-    return _SqEuclideanCostFunction.apply(x, y, gamma, lo, hi, needs_grad(x, y))
+    return _PairFunction.apply(x, y, gamma, lo, hi, needs_grad(x, y), False)
