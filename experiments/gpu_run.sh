@@ -10,7 +10,8 @@
 # sweeps; extra run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused":
 # without it the sweeps also time every baseline, far more than one call).  On the H200 the
 # tests, sanitizer and probes take about 5 minutes: with a 10-minute limit per device call, run
-# the sweeps in a second call (SDTW_SKIP_TESTS=1), or pass "--resume" there to finish a cut one.
+# the sweeps in a second call: SDTW_SKIP_SWEEPS=1 in the first, SDTW_SKIP_TESTS=1 in the second
+# ("--resume" in SDTW_RUN_FLAGS finishes a cut sweep into the same OUTDIR's CSVs).
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUTDIR [SWEEP ...]}
 shift
@@ -52,11 +53,13 @@ if [ "${SDTW_SKIP_TESTS:-0}" != 1 ]; then
     rm -f "$out/kernels-raw.txt"
     grep -E "^B=|cut after" "$out/steady.txt" "$out/kernels.txt" | grep -E "all kernels|wall|cut"
 fi
-args=()
-for s in "${sweeps[@]}"; do args+=(--sweep "$s"); done
-# shellcheck disable=SC2086
-python3 -m experiments.run "${args[@]}" --out "$out" --time-limit-s "${SDTW_T_SWEEPS:-240}" \
-    ${SDTW_RUN_FLAGS:-} 2>&1 | grep -v Warning | tee "$out/sweeps.log" | tail -40
+if [ "${SDTW_SKIP_SWEEPS:-0}" != 1 ]; then
+    args=()
+    for s in "${sweeps[@]}"; do args+=(--sweep "$s"); done
+    # shellcheck disable=SC2086
+    python3 -m experiments.run "${args[@]}" --out "$out" --time-limit-s "${SDTW_T_SWEEPS:-240}" \
+        ${SDTW_RUN_FLAGS:-} 2>&1 | grep -v Warning | tee "$out/sweeps.log" | tail -40
+fi
 cp "$stage"/*.csv "$real_out"/ 2>/dev/null
 tar -czf "$real_out/gpu-run.tar.gz" -C "$stage" .
 exit "$status"
