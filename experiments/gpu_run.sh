@@ -10,8 +10,7 @@
 # sweeps; extra run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused":
 # without it the sweeps also time every baseline, far more than one call).  On the H200 the
 # tests, sanitizer and probes take about 5 minutes: with a 10-minute limit per device call, run
-# the sweeps in a second call: SDTW_SKIP_SWEEPS=1 in the first, SDTW_SKIP_TESTS=1 in the second
-# ("--resume" in SDTW_RUN_FLAGS finishes a cut sweep into the same OUTDIR's CSVs).
+# the sweeps in a second call: SDTW_SKIP_SWEEPS=1 in the first, SDTW_SKIP_TESTS=1 in the second.
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUTDIR [SWEEP ...]}
 shift
