@@ -91,6 +91,25 @@ def test_sim_cost_entry_and_no_grad(rng):
 
 @requires_sim
 @pytest.mark.cudasim
+@pytest.mark.parametrize("fused", [True, False])
+def test_sim_half_inputs(rng, fused):
+    """float16 inputs run the float32 kernels; value and gradients come back in float16, equal
+    to the float64 reference of the same (float16) values up to float16 rounding."""
+    x = randn(rng, 2, 5, 3, dtype=torch.float16).requires_grad_()
+    y = randn(rng, 2, 4, 3, dtype=torch.float16).requires_grad_()
+    go = randn(rng, 2, dtype=torch.float16)
+    v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=fused)
+    gx, gy = torch.autograd.grad(v, (x, y), go)
+    xr, yr = x.detach().double().requires_grad_(), y.detach().double().requires_grad_()
+    vr = sdtw.softdtw(xr, yr, gamma=0.1, backend="reference")
+    ref = (vr, *torch.autograd.grad(vr, (xr, yr), go.double()))
+    for a, b in zip((v, gx, gy), ref, strict=True):
+        assert a.dtype == torch.float16
+        assert rel_err(a.double(), b) <= 2e-3
+
+
+@requires_sim
+@pytest.mark.cudasim
 def test_sim_inputs_not_modified(rng):
     """float64 is the risky dtype: there ``x.double()`` is ``x`` itself, not a copy."""
     x = randn(rng, 2, 5, 3).requires_grad_()
