@@ -153,19 +153,16 @@ def _pair_loss(
             "fused=True needs dist='sqeuclidean' and the CUDA backend; "
             f"got dist={dist!r}, backend={backend!r}"
         )
-    if can_fuse and fused is None:
-        fused = _fused_by_default(x, y)
-    if can_fuse and fused:
+    if can_fuse:  # fused or not, the CUDA kernels build the squared distances
+        if fused is None:
+            fused = _fused_by_default(x, y)
         lo, hi = band_offsets(x.shape[1], y.shape[1], bandwidth)
-        return _cuda_module().softdtw_fused(x, y, gamma, lo, hi)
+        return _cuda_module().softdtw_sqeuclidean(x, y, gamma, lo, hi, fused)
     if backend in ("cpu", "reference") and not callable(dist):
         # The CPU paths work in float64 anyway: build the cost there too, so float32
         # inputs lose nothing to float32 rounding of the distances.
         cost = pairwise_cost(x.double(), y.double(), dist)
         return _cost_loss(cost, gamma, bandwidth, backend).to(x.dtype)
-    if backend == "cuda" and dist == "sqeuclidean":
-        lo, hi = band_offsets(x.shape[1], y.shape[1], bandwidth)
-        return _cuda_module().softdtw_sqeuclidean(x, y, gamma, lo, hi)
     return _cost_loss(pairwise_cost(x, y, dist), gamma, bandwidth, backend)
 
 

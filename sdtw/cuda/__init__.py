@@ -1,8 +1,8 @@
 """CUDA backend (Numba CUDA kernels), imported lazily by :mod:`sdtw.functional`.
 
-``softdtw_cost`` (unfused, any cost), ``softdtw_sqeuclidean`` (unfused squared Euclidean from
-x, y: the cost tensor, then the DP) and ``softdtw_fused`` (squared Euclidean from x, y, no
-(B, N, M) cost tensor) are ``autograd.Function`` applications.  With
+``softdtw_cost`` (unfused, any cost) and ``softdtw_sqeuclidean`` (squared Euclidean from x,
+y: fused, no (B, N, M) cost tensor; or unfused, the cost tensor and then the DP) are
+``autograd.Function`` applications.  With
 ``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in Numba's CPU simulator on CPU tensors.
 
 From x and y, a forward with gradients enabled also runs the backward (upstream gradient 1)
@@ -61,7 +61,6 @@ __all__ = [
     "needs_grad",
     "simulator_enabled",
     "softdtw_cost",
-    "softdtw_fused",
     "softdtw_sqeuclidean",
     "sqeuclidean_cost",
 ]
@@ -124,6 +123,12 @@ def _kernel_dtype(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
+def _kernel_inputs(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x, y as the kernels take them: contiguous, float32 or float64, y in x's dtype."""
+    xk = _kernel_dtype(x).contiguous()
+    return xk, _kernel_dtype(y).to(xk.dtype).contiguous()
+
+
 _TWICE = (
     "sdtw: backward called twice through the same soft-DTW node; the CUDA backward reuses its "
     "saved buffer in place. Recompute the loss instead of retain_graph=True."
@@ -155,10 +160,10 @@ class _CostFunction(torch.autograd.Function):
         return E.to(grad_out.dtype), None, None, None, None
 
 
-def _eager_grads(ctx, a: torch.Tensor, y, gamma, lo, hi, x: torch.Tensor, yd: torch.Tensor):
+def _eager_grads(ctx, a: torch.Tensor, b, gamma, lo, hi, x: torch.Tensor, y: torch.Tensor):
     """The forward and the backward (upstream gradient 1) on the kernels' inputs ``a`` (the
-    cost, or x) and ``y`` (None for a cost), then the gradients of each pair's value wrt x and
-    ``yd`` (the pair's sequences), kept in ``ctx`` for :func:`_scaled_grads`; returns the
+    cost, or x) and ``b`` (None for a cost, else y), then the gradients of each pair's value
+    wrt the sequences x and y, kept in ``ctx`` for :func:`_scaled_grads`; returns the
     values.
 
     A gradient wrt x, y is O((N + M) D) per pair, and the upstream gradient of a soft-DTW
@@ -170,15 +175,15 @@ def _eager_grads(ctx, a: torch.Tensor, y, gamma, lo, hi, x: torch.Tensor, yd: to
     backward never runs has still paid for it (evaluate under ``torch.no_grad()``)."""
     _launch = _launcher_module()
     N = x.shape[1]
-    out, E, S = _launch.forward_backward(a, y, gamma, lo, hi)  # E: batch stride 2 N M
+    out, E, S = _launch.forward_backward(a, b, gamma, lo, hi)  # E: batch stride 2 N M
     xe = x.to(E.dtype)  # (``to`` returns the tensor itself when the dtype matches)
-    ye = yd.to(E.dtype)
+    ye = y.to(E.dtype)
     # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
     # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
     need_x, need_y = ctx.needs_input_grad[:2]
     rows, cols = S.split((N, S.shape[1] - N), 1)
     ctx.grads = sqeuclidean_grads(xe, ye, E, rows, cols, need_x, need_y)
-    ctx.dtypes = (x.dtype, yd.dtype)
+    ctx.dtypes = (x.dtype, y.dtype)
     return out
 
 
@@ -200,8 +205,7 @@ class _PairFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, y: torch.Tensor, gamma, lo, hi, need: bool, fused: bool):
         _launch = _launcher_module()
-        xk = _kernel_dtype(x).contiguous()
-        yk = _kernel_dtype(y).to(xk.dtype).contiguous()
+        xk, yk = _kernel_inputs(x, y)
         a, b = (xk, yk) if fused else (_launch.sqeuclidean(xk, yk), None)
         if need:
             out = _eager_grads(ctx, a, b, gamma, lo, hi, x, y)
@@ -233,12 +237,9 @@ def cost_fits(B: int, N: int, M: int, dtype: torch.dtype, device: torch.device) 
 def sqeuclidean_cost(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Squared Euclidean cost (B, N, M) of x (B, N, D), y (B, M, D) in x's dtype, from the
     park kernel (float64 tensor-core dot products and norms, rounded once to the output's
-    dtype; clamped at 0, NaN kept).  No autograd here: ``sdtw.functional`` wraps it with the
-    analytic backward of ``|x_i - y_j|^2``."""
-    _launch = _launcher_module()
-    xk = _kernel_dtype(x.detach()).contiguous()
-    yk = _kernel_dtype(y.detach()).to(xk.dtype).contiguous()
-    return _launch.sqeuclidean(xk, yk).to(x.dtype)
+    dtype; clamped at 0, NaN kept), as the unfused path of :func:`softdtw_sqeuclidean` builds
+    it.  No autograd."""
+    return _launcher_module().sqeuclidean(*_kernel_inputs(x.detach(), y.detach())).to(x.dtype)
 
 
 def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
@@ -246,14 +247,9 @@ def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Te
     return _CostFunction.apply(cost, gamma, lo, hi, needs_grad(cost))
 
 
-def softdtw_fused(x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
-    """Fused squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,)."""
-    return _PairFunction.apply(x, y, gamma, lo, hi, needs_grad(x, y), True)
-
-
 def softdtw_sqeuclidean(
-    x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int
+    x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int, fused: bool
 ) -> torch.Tensor:
-    """Unfused squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,): the cost
-    tensor from :func:`sqeuclidean_cost`, then the DP on it."""
-    return _PairFunction.apply(x, y, gamma, lo, hi, needs_grad(x, y), False)
+    """Squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,): ``fused``, no (B, N, M)
+    cost tensor; else the cost tensor from :func:`sqeuclidean_cost`, then the DP on it."""
+    return _PairFunction.apply(x, y, gamma, lo, hi, needs_grad(x, y), fused)
