@@ -2,9 +2,10 @@
 # One GPU call: the GPU tests, compute-sanitizer on a small case, probes, then benchmark sweeps.
 # Usage: bash experiments/gpu_run.sh OUTDIR [SWEEP ...]   (default sweeps: targets paper-grid gamma)
 # Writes OUTDIR/<sweep>.csv and OUTDIR/gpu-run.tar.gz, which holds those and tests.log,
-# sanitizer.log, probe.txt (experiments.probe), steady.txt (probe --steady: host vs wall time of
-# a step), kernels.txt (probe --kernels N for N = 512, 1024, 2048: GPU time per kernel in a
-# step) and sweeps.log (the device tool returns at most 8 files); prints the summaries.
+# sanitizer.log, probe.txt (experiments.probe), steady.txt (probe --steady: host vs wall time
+# of a step; probe --hostsplit N: host time per function and to the first launch), kernels.txt
+# (probe --kernels N for N = 512, 1024, 2048: GPU time per kernel in a step) and sweeps.log
+# (the device tool returns at most 8 files); prints the summaries.
 # Each step has a time limit (seconds: SDTW_T_TESTS, SDTW_T_SANITIZER per tool, SDTW_T_PROBE,
 # SDTW_T_SWEEPS in all); a step cut short says so in its log.  SDTW_SKIP_TESTS=1 runs only the
 # sweeps; extra run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused":
@@ -45,12 +46,15 @@ if [ "${SDTW_SKIP_TESTS:-0}" != 1 ]; then
         sort | uniq -c
     limited "${SDTW_T_PROBE:-120}" "$out/probe.txt" python3 -m experiments.probe
     limited "${SDTW_T_PROBE:-120}" "$out/steady.txt" python3 -m experiments.probe --steady
+    for n in 512 1024; do
+        limited "${SDTW_T_PROBE:-120}" "$out/steady.txt" python3 -m experiments.probe --hostsplit "$n"
+    done
     for n in 512 1024 2048; do
         limited "${SDTW_T_PROBE:-120}" "$out/kernels-raw.txt" python3 -m experiments.probe --kernels "$n"
     done
     grep -E "^B=|cut after" "$out/kernels-raw.txt" > "$out/kernels.txt"
     rm -f "$out/kernels-raw.txt"
-    grep -E "^B=|cut after" "$out/steady.txt" "$out/kernels.txt" | grep -E "all kernels|wall|cut"
+    grep -E "^B=|cut after" "$out/steady.txt" "$out/kernels.txt" | grep -E "all kernels|wall|cut|step: "
 fi
 if [ "${SDTW_SKIP_SWEEPS:-0}" != 1 ]; then
     args=()

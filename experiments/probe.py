@@ -12,7 +12,8 @@ training step; ``--memory``: a step's peak memory split into forward and backwar
 host time of a synchronised step's forward and backward calls against its wall time (N = 512,
 1024); ``--bscan``: time against batch size at N = 1024; ``--ncu``: a few steps at B = 32,
 N = 1024 to run under Nsight Compute (``--ncu-band``: one band's forward, B = 1, N = 32, M = 8192);
-``--hostsplit``: host time of each launcher function in a step; ``--timeline``: each
+``--hostsplit [N]``: host time of each launcher function in a step (B = 32, N = 512 or N),
+and from the step's start to its first launch; ``--timeline``: each
 kernel's start and end in a traced training step, and the GPU's gaps;
 ``--busy``: the DP kernels' quiet and busy variants against the number of blocks;
 ``--kernels [N]``: each kernel's GPU time in a training step at B = 32, N = 1024 (or N)
@@ -189,7 +190,8 @@ def steady(B: int = 32, D: int = 64, n: int = 30) -> None:
 
 def host_split(B: int = 32, N: int = 512, D: int = 64, n: int = 40) -> None:
     """Mean inclusive host time per step of each launcher-level function in a synchronised
-    training step (wrapped with timers; no profiler), fused and unfused."""
+    training step (wrapped with timers; no profiler), fused and unfused, and the host time
+    from the step's start to its first kernel launch (the GPU idles that long)."""
     import functools
     import time
     from collections import defaultdict
@@ -212,7 +214,15 @@ def host_split(B: int = 32, N: int = 512, D: int = 64, n: int = 40) -> None:
 
     for name in ("_boundary", "forward", "_park", "backward", "forward_backward", "sqeuclidean"):
         setattr(_launch, name, timed(name, getattr(_launch, name)))
-    _launch._Launcher.__call__ = timed("launcher call", _launch._Launcher.__call__)
+    call = timed("launcher call", _launch._Launcher.__call__)
+    first: list = []  # host time of the step's first kernel launch
+
+    def first_stamp(*a, **k):
+        if not first:
+            first.append(time.perf_counter_ns())
+        return call(*a, **k)
+
+    _launch._Launcher.__call__ = first_stamp
     sc.sqeuclidean_grads = timed("sqeuclidean_grads", sc.sqeuclidean_grads)
     sc._eager_grads = timed("_eager_grads", sc._eager_grads)
     for fused in (True, False):
@@ -222,6 +232,7 @@ def host_split(B: int = 32, N: int = 512, D: int = 64, n: int = 40) -> None:
             if i == 3:
                 acc.clear()
             torch.cuda.synchronize()
+            first.clear()
             t0 = time.perf_counter_ns()
             loss = sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum()
             t1 = time.perf_counter_ns()
@@ -229,6 +240,7 @@ def host_split(B: int = 32, N: int = 512, D: int = 64, n: int = 40) -> None:
             t2 = time.perf_counter_ns()
             acc["(step: forward call)"] += t1 - t0
             acc["(step: backward call)"] += t2 - t1
+            acc["(step: call to first launch)"] += first[0] - t0
             x.grad = y.grad = None
         for name, ns in acc.items():
             print(f"B={B} N={N} fused={fused}: {ns / n / 1e3:8.1f} us  {name}", flush=True)
@@ -568,7 +580,8 @@ def main() -> None:
         steady()
         return
     if "--hostsplit" in sys.argv:
-        host_split()
+        rest = sys.argv[sys.argv.index("--hostsplit") + 1 :]
+        host_split(N=int(rest[0])) if rest and rest[0].isdigit() else host_split()
         return
     if "--timeline" in sys.argv:
         timeline()

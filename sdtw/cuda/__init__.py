@@ -136,17 +136,15 @@ _TWICE = (
 
 
 class _CostFunction(torch.autograd.Function):
-    """Soft-DTW of a cost tensor.  Its backward stays lazy (the DP backward runs when autograd
-    asks, with the upstream gradient folded into the kernel): the gradient is (B, N, M), and
-    scaling an eager one later would be one more pass over it."""
+    """Soft-DTW of a cost tensor: attaches the forward's values (computed before ``apply``,
+    see :func:`softdtw_cost`) to the graph.  Its backward stays lazy (the DP backward runs
+    when autograd asks, with the upstream gradient folded into the kernel): the gradient is
+    (B, N, M), and scaling an eager one later would be one more pass over it."""
 
     @staticmethod
-    def forward(ctx, cost: torch.Tensor, gamma: float, lo: int, hi: int, need: bool):
-        _launch = _launcher_module()
-        c = _kernel_dtype(cost).contiguous()
-        out, P, _ = _launch.forward(c, None, gamma, lo, hi, store=need)
-        ctx.P = P
-        return out.to(cost.dtype)
+    def forward(ctx, cost: torch.Tensor, done: tuple):
+        out, ctx.P = done
+        return out
 
     @staticmethod
     @once_differentiable
@@ -157,22 +155,25 @@ class _CostFunction(torch.autograd.Function):
             raise RuntimeError(_TWICE)
         ctx.P = None
         E, _ = _launch.backward(P, grad_out)
-        return E.to(grad_out.dtype), None, None, None, None
+        return E.to(grad_out.dtype), None
 
 
-def _eager_grads(ctx, a: torch.Tensor, b, gamma, lo, hi, x: torch.Tensor, y: torch.Tensor):
+def _eager_grads(
+    a: torch.Tensor, b, gamma, lo, hi, x: torch.Tensor, y: torch.Tensor, need_x, need_y
+):
     """The forward and the backward (upstream gradient 1) on the kernels' inputs ``a`` (the
     cost, or x) and ``b`` (None for a cost, else y), then the gradients of each pair's value
-    wrt the sequences x and y, kept in ``ctx`` for :func:`_scaled_grads`; returns the
-    values.
+    wrt the sequences x and y (None where not ``need_x`` / ``need_y``): returns the values
+    and those two gradients, in the kernels' storage dtype.  No autograd (x, y detached).
 
     A gradient wrt x, y is O((N + M) D) per pair, and the upstream gradient of a soft-DTW
-    value is one number per pair, so scaling it later is one small multiply.  Computing it
-    here puts the DP backward in the GPU's queue right behind the forward, instead of
-    waiting for the host to run the autograd engine and the backward's Python (on an H200 at
-    B = 32, N = 512 the GPU sat idle ~0.3 ms there), and frees the weights (8 N M bytes per
-    pair) before the forward returns.  The price: a forward with gradients enabled whose
-    backward never runs has still paid for it (evaluate under ``torch.no_grad()``)."""
+    value is one number per pair, so scaling it later is one small multiply
+    (:func:`_scaled_grads`).  Computing it here puts the DP backward in the GPU's queue right
+    behind the forward, instead of waiting for the host to run the autograd engine and the
+    backward's Python (on an H200 at B = 32, N = 512 the GPU sat idle ~0.3 ms there), and
+    frees the weights (8 N M bytes per pair) before the forward returns.  The price: a
+    forward with gradients enabled whose backward never runs has still paid for it (evaluate
+    under ``torch.no_grad()``)."""
     _launch = _launcher_module()
     N = x.shape[1]
     out, E, S = _launch.forward_backward(a, b, gamma, lo, hi)  # E: batch stride 2 N M
@@ -180,15 +181,13 @@ def _eager_grads(ctx, a: torch.Tensor, b, gamma, lo, hi, x: torch.Tensor, y: tor
     ye = y.to(E.dtype)
     # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
     # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
-    need_x, need_y = ctx.needs_input_grad[:2]
     rows, cols = S.split((N, S.shape[1] - N), 1)
-    ctx.grads = sqeuclidean_grads(xe, ye, E, rows, cols, need_x, need_y)
-    ctx.dtypes = (x.dtype, y.dtype)
-    return out
+    return out, sqeuclidean_grads(xe, ye, E, rows, cols, need_x, need_y)
 
 
 def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:
-    """:func:`_eager_grads`' gradients times the upstream gradient of each pair."""
+    """:func:`_eager_grads`' gradients times the upstream gradient of each pair, in the
+    inputs' dtypes."""
     g = grad_out.view(-1, 1, 1)
     return tuple(
         None if t is None else (t * g).to(dt) for t, dt in zip(ctx.grads, ctx.dtypes, strict=True)
@@ -196,27 +195,20 @@ def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:
 
 
 class _PairFunction(torch.autograd.Function):
-    """Squared-Euclidean soft-DTW of x, y: ``fused``, the distances parked in the weights
-    buffer (or, without gradients, computed inside the DP kernel); unfused, the (B, N, M)
-    cost tensor from the park kernel (:func:`sqeuclidean_cost`), then the DP on it.  With
-    gradients both run the same E-to-gradient step (:func:`_eager_grads`, E's row and column
-    sums from the DP backward kernel) inside the forward."""
+    """Squared-Euclidean soft-DTW of x, y with gradients: attaches the values and the eager
+    gradients (computed before ``apply``, see :func:`softdtw_sqeuclidean`) to the graph; its
+    backward scales the gradients by each pair's upstream gradient."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, y: torch.Tensor, gamma, lo, hi, need: bool, fused: bool):
-        _launch = _launcher_module()
-        xk, yk = _kernel_inputs(x, y)
-        a, b = (xk, yk) if fused else (_launch.sqeuclidean(xk, yk), None)
-        if need:
-            out = _eager_grads(ctx, a, b, gamma, lo, hi, x, y)
-        else:
-            out, _, _ = _launch.forward(a, b, gamma, lo, hi, store=False)
-        return out.to(x.dtype)
+    def forward(ctx, x: torch.Tensor, y: torch.Tensor, done: tuple):
+        out, ctx.grads = done
+        ctx.dtypes = (x.dtype, y.dtype)
+        return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out: torch.Tensor):
-        return (*_scaled_grads(ctx, grad_out), None, None, None, None, None)
+        return (*_scaled_grads(ctx, grad_out), None)
 
 
 def needs_grad(*ts: torch.Tensor) -> bool:
@@ -243,13 +235,38 @@ def sqeuclidean_cost(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
-    """Soft-DTW of a cost (B, N, M) -> (B,), differentiable wrt ``cost``."""
-    return _CostFunction.apply(cost, gamma, lo, hi, needs_grad(cost))
+    """Soft-DTW of a cost (B, N, M) -> (B,), differentiable wrt ``cost``.
+
+    The forward kernel is queued before autograd's ``Function.apply`` (which only attaches
+    the result): every microsecond of host time before the first launch is GPU idle time."""
+    _launch = _launcher_module()
+    need = needs_grad(cost)
+    c = _kernel_dtype(cost.detach()).contiguous()
+    out, P, _ = _launch.forward(c, None, gamma, lo, hi, store=need)
+    out = out.to(cost.dtype)
+    return _CostFunction.apply(cost, (out, P)) if need else out
 
 
 def softdtw_sqeuclidean(
     x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int, fused: bool
 ) -> torch.Tensor:
-    """Squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,): ``fused``, no (B, N, M)
-    cost tensor; else the cost tensor from :func:`sqeuclidean_cost`, then the DP on it."""
-    return _PairFunction.apply(x, y, gamma, lo, hi, needs_grad(x, y), fused)
+    """Squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,), differentiable wrt x
+    and y: ``fused``, the distances parked in the weights buffer (or, without gradients,
+    computed inside the DP kernel), no (B, N, M) cost tensor; unfused, the (B, N, M) cost
+    tensor from the park kernel (:func:`sqeuclidean_cost`), then the DP on it.  With
+    gradients both run the same E-to-gradient step (:func:`_eager_grads`, E's row and column
+    sums from the DP backward kernel).
+
+    All the GPU work is queued before autograd's ``Function.apply`` (which only attaches the
+    values and the gradients): the host time of ``apply`` then overlaps the kernels instead
+    of delaying the first one."""
+    _launch = _launcher_module()
+    need = needs_grad(x, y)
+    xd, yd = x.detach(), y.detach()
+    xk, yk = _kernel_inputs(xd, yd)
+    a, b = (xk, yk) if fused else (_launch.sqeuclidean(xk, yk), None)
+    if not need:
+        out, _, _ = _launch.forward(a, b, gamma, lo, hi, store=False)
+        return out.to(x.dtype)
+    out, grads = _eager_grads(a, b, gamma, lo, hi, xd, yd, x.requires_grad, y.requires_grad)
+    return _PairFunction.apply(x, y, (out.to(x.dtype), grads))
