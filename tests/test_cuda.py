@@ -211,6 +211,10 @@ def test_launch_parameter_buffer():
         n = int(np.prod(shape))
         assert torch.equal(v.tensor(), base[offset : offset + n].view(shape))
         assert _launch._signature((v, 3)) == _launch._signature((v.tensor(), 3))
+        # the (shape, dtype) layout is cached: another base gets its own address
+        w = _launch._View(base.clone(), shape, offset)
+        assert _launch._signature((w, 3)) == _launch._signature((w.tensor(), 3))
+        assert _launch._signature((w, 3))[1][4] != _launch._signature((v, 3))[1][4]
     params = _launch._ParamBuffer(16)
     other = []
     worker = threading.Thread(target=lambda: other.append(params.buf))

@@ -1,8 +1,9 @@
 """CUDA backend (Numba CUDA kernels), imported lazily by :mod:`sdtw.functional`.
 
 ``softdtw_cost`` (unfused, any cost) and ``softdtw_sqeuclidean`` (squared Euclidean from x,
-y: fused, no (B, N, M) cost tensor; or unfused, the cost tensor and then the DP) are
-``autograd.Function`` applications.  With
+y: fused, no (B, N, M) cost tensor; or unfused, the cost tensor and then the DP) queue their
+kernels first and then attach the results to autograd through an ``autograd.Function``
+(whose ``apply`` costs host time that would otherwise delay the first kernel).  With
 ``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in Numba's CPU simulator on CPU tensors.
 
 From x and y, a forward with gradients enabled also runs the backward (upstream gradient 1)
@@ -123,10 +124,16 @@ def _kernel_dtype(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
+def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(dtype)``, without the call where the dtype matches (every torch call costs host
+    time on each step, and the H200 machine's host is slow at them: ``probe-dev.txt``)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 def _kernel_inputs(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x, y as the kernels take them: contiguous, float32 or float64, y in x's dtype."""
     xk = _kernel_dtype(x).contiguous()
-    return xk, _kernel_dtype(y).to(xk.dtype).contiguous()
+    return xk, _as(y, xk.dtype).contiguous()
 
 
 _TWICE = (
@@ -155,7 +162,7 @@ class _CostFunction(torch.autograd.Function):
             raise RuntimeError(_TWICE)
         ctx.P = None
         E, _ = _launch.backward(P, grad_out)
-        return E.to(grad_out.dtype), None
+        return _as(E, grad_out.dtype), None
 
 
 def _eager_grads(
@@ -177,8 +184,8 @@ def _eager_grads(
     _launch = _launcher_module()
     N = x.shape[1]
     out, E, S = _launch.forward_backward(a, b, gamma, lo, hi)  # E: batch stride 2 N M
-    xe = x.to(E.dtype)  # (``to`` returns the tensor itself when the dtype matches)
-    ye = y.to(E.dtype)
+    xe = _as(x, E.dtype)
+    ye = _as(y, E.dtype)
     # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
     # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
     rows, cols = S.split((N, S.shape[1] - N), 1)
@@ -190,7 +197,7 @@ def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:
     inputs' dtypes."""
     g = grad_out.view(-1, 1, 1)
     return tuple(
-        None if t is None else (t * g).to(dt) for t, dt in zip(ctx.grads, ctx.dtypes, strict=True)
+        None if t is None else _as(t * g, dt) for t, dt in zip(ctx.grads, ctx.dtypes, strict=True)
     )
 
 
@@ -231,7 +238,7 @@ def sqeuclidean_cost(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     park kernel (float64 tensor-core dot products and norms, rounded once to the output's
     dtype; clamped at 0, NaN kept), as the unfused path of :func:`softdtw_sqeuclidean` builds
     it.  No autograd."""
-    return _launcher_module().sqeuclidean(*_kernel_inputs(x.detach(), y.detach())).to(x.dtype)
+    return _as(_launcher_module().sqeuclidean(*_kernel_inputs(x.detach(), y.detach())), x.dtype)
 
 
 def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
@@ -243,7 +250,7 @@ def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Te
     need = needs_grad(cost)
     c = _kernel_dtype(cost.detach()).contiguous()
     out, P, _ = _launch.forward(c, None, gamma, lo, hi, store=need)
-    out = out.to(cost.dtype)
+    out = _as(out, cost.dtype)
     return _CostFunction.apply(cost, (out, P)) if need else out
 
 
@@ -267,6 +274,6 @@ def softdtw_sqeuclidean(
     a, b = (xk, yk) if fused else (_launch.sqeuclidean(xk, yk), None)
     if not need:
         out, _, _ = _launch.forward(a, b, gamma, lo, hi, store=False)
-        return out.to(x.dtype)
+        return _as(out, x.dtype)
     out, grads = _eager_grads(a, b, gamma, lo, hi, xd, yd, x.requires_grad, y.requires_grad)
-    return _PairFunction.apply(x, y, (out.to(x.dtype), grads))
+    return _PairFunction.apply(x, y, (_as(out, x.dtype), grads))

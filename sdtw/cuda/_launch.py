@@ -178,6 +178,24 @@ def _flat(t: torch.Tensor) -> _View:
     return _View(t, (t.numel(),))
 
 
+_view_meta: dict[tuple, tuple] = {}
+
+
+def _view_layout(shape: tuple, dtype: torch.dtype, isz: int) -> tuple:
+    """A :class:`_View`'s cache-key entry and the parts of its flat parameters that do not
+    depend on its address (element count, item size; shape and strides after the address):
+    computed once per (shape, dtype)."""
+    strides, st = [], isz
+    for n in reversed(shape):
+        strides.append(st)
+        st *= n
+    meta = ((dtype, len(shape), True), math.prod(shape), isz, (*shape, *reversed(strides)))
+    if len(_view_meta) >= 4096:  # (a few entries per problem size: bounded all the same)
+        _view_meta.clear()
+    _view_meta[shape, dtype] = meta
+    return meta
+
+
 def _signature(args: tuple) -> tuple[tuple, list]:
     """The kernel arguments' cache key (dtype, rank and contiguity of each tensor, the type of
     each scalar) and their flat parameter values in Numba's calling convention, in one pass
@@ -187,15 +205,13 @@ def _signature(args: tuple) -> tuple[tuple, list]:
     flat: list = []
     for a in args:
         if type(a) is _View:
-            t, sh = a.t, a.shape
-            isz = t.element_size()
-            key.append((t.dtype, len(sh), True))
-            flat += (0, 0, math.prod(sh), isz, t.data_ptr() + a.offset * isz, *sh)
-            st, strides = isz, []
-            for n in reversed(sh):
-                strides.append(st)
-                st *= n
-            flat += reversed(strides)
+            t = a.t
+            meta = _view_meta.get((a.shape, t.dtype))
+            if meta is None:
+                meta = _view_layout(a.shape, t.dtype, t.element_size())
+            k, n, isz, tail = meta
+            key.append(k)
+            flat += (0, 0, n, isz, t.data_ptr() + a.offset * isz, *tail)
         elif isinstance(a, torch.Tensor):
             sh = a.shape
             isz = a.element_size()
