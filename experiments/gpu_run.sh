@@ -8,7 +8,8 @@
 # (the device tool returns at most 8 files); prints the summaries.
 # Each step has a time limit (seconds: SDTW_T_TESTS, SDTW_T_SANITIZER per tool, SDTW_T_PROBE,
 # SDTW_T_SWEEPS in all); a step cut short says so in its log.  SDTW_SKIP_TESTS=1 runs only the
-# sweeps; extra run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused":
+# sweeps; SDTW_SKIP_CHECKS=1 skips the sanitizer and the probes (tests, then sweeps); extra
+# run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused":
 # without it the sweeps also time every baseline, far more than one call).  On the H200 the
 # tests, sanitizer and probes take about 5 minutes: with a 10-minute limit per device call, run
 # the sweeps in a second call: SDTW_SKIP_SWEEPS=1 in the first, SDTW_SKIP_TESTS=1 in the second.
@@ -37,6 +38,8 @@ if [ "${SDTW_SKIP_TESTS:-0}" != 1 ]; then
         python3 -m pytest -q -m cuda -p no:cacheprovider tests
     status=$?
     tail -3 "$out/tests.log"
+fi
+if [ "${SDTW_SKIP_TESTS:-0}" != 1 ] && [ "${SDTW_SKIP_CHECKS:-0}" != 1 ]; then
     : > "$out/sanitizer.log"
     limited "${SDTW_T_SANITIZER:-180}" "$out/sanitizer.log" compute-sanitizer --tool memcheck \
         --report-api-errors no python3 -m experiments.sanitize_case
