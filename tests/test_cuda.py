@@ -494,6 +494,33 @@ def test_gpu_forward_keeps_only_gradients(rng, fused):
 
 @requires_gpu
 @pytest.mark.cuda
+@pytest.mark.parametrize("fused", [True, False])
+def test_gpu_runs_on_current_stream(rng, fused):
+    """The kernels go on torch's current stream (a side stream here, whose work the default
+    stream does not wait for): the launcher's raw stream query names that stream, and the
+    values and gradients computed there match the CPU backend's."""
+    from sdtw.cuda import _launch
+
+    B, N, M, D = 3, 97, 70, 8
+    x = randn(rng, B, N, D, dtype=torch.float64, device="cuda").requires_grad_()
+    y = randn(rng, B, M, D, dtype=torch.float64, device="cuda").requires_grad_()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        assert _launch._stream(x.device)[1] == side.cuda_stream
+        v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=fused)
+        gx, gy = torch.autograd.grad(v.sum(), (x, y))
+    side.synchronize()
+    xc, yc = x.detach().cpu().requires_grad_(), y.detach().cpu().requires_grad_()
+    vc = sdtw.softdtw(xc, yc, gamma=0.1, backend="cpu")
+    gxc, gyc = torch.autograd.grad(vc.sum(), (xc, yc))
+    assert rel_err(v.cpu(), vc) <= 1e-9
+    assert rel_err(gx.cpu(), gxc) <= 1e-9 and rel_err(gy.cpu(), gyc) <= 1e-9
+    assert _launch._stream(x.device)[1] == torch.cuda.current_stream().cuda_stream
+
+
+@requires_gpu
+@pytest.mark.cuda
 def test_gpu_default_rule_without_grad(rng):
     """``fused=None`` under ``no_grad`` asks the driver for free memory and takes the unfused
     path when the cost fits; the value is the same either way."""

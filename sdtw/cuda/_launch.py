@@ -56,11 +56,19 @@ def _arr(t: torch.Tensor):
     return cuda.as_cuda_array(t.detach(), sync=False)
 
 
+#: torch's raw current-stream query (one C call; ``torch.cuda.current_stream`` builds a
+#: ``Stream`` object in Python each time, host time on every launch), if this torch has it.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _stream(device: torch.device):
     """torch's current stream as (numba stream, raw ``CUstream`` address), cached per handle."""
     if K.SIMULATED:
         return 0, 0
-    ptr = torch.cuda.current_stream(device).cuda_stream
+    if _raw_stream is not None and device.index is not None:
+        ptr = _raw_stream(device.index)
+    else:
+        ptr = torch.cuda.current_stream(device).cuda_stream
     s = _streams.get(ptr)
     if s is None:
         s = _streams[ptr] = (cuda.external_stream(ptr), ptr)
