@@ -11,8 +11,10 @@
 # sweeps; SDTW_SKIP_CHECKS=1 skips the sanitizer and the probes (tests, then sweeps); extra
 # run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused":
 # without it the sweeps also time every baseline, far more than one call).  On the H200 the
-# tests, sanitizer and probes take about 5 minutes: with a 10-minute limit per device call, run
-# the sweeps in a second call: SDTW_SKIP_SWEEPS=1 in the first, SDTW_SKIP_TESTS=1 in the second.
+# tests, sanitizer and probes take about 8 minutes (the sanitizer alone ~3): with a 10-minute
+# limit per device call, run the sweeps in a second call: SDTW_SKIP_SWEEPS=1 in the first,
+# SDTW_SKIP_TESTS=1 (or SDTW_SKIP_CHECKS=1, with the tests again) in the second; the tests and
+# all six GPU sweeps of our implementations fit in one call (~6.5 minutes, run 46).
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUTDIR [SWEEP ...]}
 shift
