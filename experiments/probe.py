@@ -152,11 +152,22 @@ def profile(N: int = 128, B: int = 32, D: int = 64, steps: int = 50) -> None:
         print(tp.key_averages().table(sort_by="self_cuda_time_total", row_limit=14), flush=True)
 
 
+def _host_timed_step(x, y, fused: bool) -> tuple[int, int, int]:
+    """One training step, ``softdtw(x, y).sum()`` then ``.backward()``: ``perf_counter_ns``
+    at its start, after the forward call and after the backward call."""
+    import time
+
+    t0 = time.perf_counter_ns()
+    loss = sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum()
+    t1 = time.perf_counter_ns()
+    loss.backward()
+    return t0, t1, time.perf_counter_ns()
+
+
 def steady(B: int = 32, D: int = 64, n: int = 30) -> None:
     """Host time of a synchronised training step's forward (``softdtw(...).sum()``) and
     backward (``.backward()``) calls, against the step's CUDA-event wall time (medians of
     ``n``): where the host, not the GPU, sets the pace."""
-    import time
 
     for N in (512, 1024):
         for fused in (True, False):
@@ -169,11 +180,7 @@ def steady(B: int = 32, D: int = 64, n: int = 30) -> None:
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
-                t0 = time.perf_counter_ns()
-                loss = sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum()
-                t1 = time.perf_counter_ns()
-                loss.backward()
-                t2 = time.perf_counter_ns()
+                t0, t1, t2 = _host_timed_step(x, y, fused)
                 end.record()
                 end.synchronize()
                 if i >= 2:
@@ -233,11 +240,7 @@ def host_split(B: int = 32, N: int = 512, D: int = 64, n: int = 40) -> None:
                 acc.clear()
             torch.cuda.synchronize()
             first.clear()
-            t0 = time.perf_counter_ns()
-            loss = sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused).sum()
-            t1 = time.perf_counter_ns()
-            loss.backward()
-            t2 = time.perf_counter_ns()
+            t0, t1, t2 = _host_timed_step(x, y, fused)
             acc["(step: forward call)"] += t1 - t0
             acc["(step: backward call)"] += t2 - t1
             acc["(step: call to first launch)"] += first[0] - t0

@@ -171,7 +171,8 @@ def _eager_grads(
     """The forward and the backward (upstream gradient 1) on the kernels' inputs ``a`` (the
     cost, or x) and ``b`` (None for a cost, else y), then the gradients of each pair's value
     wrt the sequences x and y (None where not ``need_x`` / ``need_y``): returns the values
-    and those two gradients, in the kernels' storage dtype.  No autograd (x, y detached).
+    and those two gradients, in the kernels' storage dtype.  ``x``, ``y``: the sequences as
+    the kernels take them (:func:`_kernel_inputs`: detached, in that storage dtype).
 
     A gradient wrt x, y is O((N + M) D) per pair, and the upstream gradient of a soft-DTW
     value is one number per pair, so scaling it later is one small multiply
@@ -184,12 +185,10 @@ def _eager_grads(
     _launch = _launcher_module()
     N = x.shape[1]
     out, E, S = _launch.forward_backward(a, b, gamma, lo, hi)  # E: batch stride 2 N M
-    xe = _as(x, E.dtype)
-    ye = _as(y, E.dtype)
     # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
     # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
     rows, cols = S.split((N, S.shape[1] - N), 1)
-    return out, sqeuclidean_grads(xe, ye, E, rows, cols, need_x, need_y)
+    return out, sqeuclidean_grads(x, y, E, rows, cols, need_x, need_y)
 
 
 def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:
@@ -269,11 +268,10 @@ def softdtw_sqeuclidean(
     of delaying the first one."""
     _launch = _launcher_module()
     need = needs_grad(x, y)
-    xd, yd = x.detach(), y.detach()
-    xk, yk = _kernel_inputs(xd, yd)
+    xk, yk = _kernel_inputs(x.detach(), y.detach())
     a, b = (xk, yk) if fused else (_launch.sqeuclidean(xk, yk), None)
     if not need:
         out, _, _ = _launch.forward(a, b, gamma, lo, hi, store=False)
         return _as(out, x.dtype)
-    out, grads = _eager_grads(a, b, gamma, lo, hi, xd, yd, x.requires_grad, y.requires_grad)
+    out, grads = _eager_grads(a, b, gamma, lo, hi, xk, yk, x.requires_grad, y.requires_grad)
     return _PairFunction.apply(x, y, (_as(out, x.dtype), grads))
