@@ -575,16 +575,19 @@ def main() -> None:
     torch.manual_seed(0)
     import sys
 
+    def number_after(flag: str) -> dict:
+        """``{"N": n}`` when ``flag`` is followed by an integer ``n``, else ``{}``."""
+        rest = sys.argv[sys.argv.index(flag) + 1 :]
+        return {"N": int(rest[0])} if rest and rest[0].isdigit() else {}
+
     if "--profile" in sys.argv:
-        rest = sys.argv[sys.argv.index("--profile") + 1 :]
-        profile(int(rest[0])) if rest and rest[0].isdigit() else profile()
+        profile(**number_after("--profile"))
         return
     if "--steady" in sys.argv:
         steady()
         return
     if "--hostsplit" in sys.argv:
-        rest = sys.argv[sys.argv.index("--hostsplit") + 1 :]
-        host_split(N=int(rest[0])) if rest and rest[0].isdigit() else host_split()
+        host_split(**number_after("--hostsplit"))
         return
     if "--timeline" in sys.argv:
         timeline()
@@ -608,8 +611,7 @@ def main() -> None:
         ncu_case()
         return
     if "--kernels" in sys.argv:
-        rest = sys.argv[sys.argv.index("--kernels") + 1 :]
-        kernels(int(rest[0])) if rest else kernels()
+        kernels(**number_after("--kernels"))
         return
     if "--lag" in sys.argv:
         lag()
