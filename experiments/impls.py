@@ -8,6 +8,8 @@ name               what                                                         
 =================  ===========================================================  ======
 ``sdtw-fused``     ours, ``softdtw(fused=True, backend="cuda")``                cuda
 ``sdtw-unfused``   ours, ``softdtw(fused=False, backend="cuda")`` (torch cost)  cuda
+``sdtw-fused-graph``    ``sdtw-fused``, the step captured in a CUDA graph        cuda
+``sdtw-unfused-graph``  ``sdtw-unfused``, likewise                              cuda
 ``sdtw-cpu``       ours, ``softdtw(backend="cpu")`` (Numba CPU, float64 DP)     any
 ``paper-unfused``  :mod:`baselines.paper`, one launch per anti-diagonal         cuda
 ``paper-fused``    same, distances recomputed in the kernels                    cuda
@@ -18,6 +20,12 @@ name               what                                                         
 ``tslearn``        optional peer: tslearn's ``SoftDTWLossPyTorch`` (CPU DP)     cpu
 ``pysdtw``         optional peer: pysdtw's CUDA ``SoftDTW`` (Numba)             cuda
 =================  ===========================================================  ======
+
+The ``-graph`` rows time the same loss as a training loop with static shapes runs it: the
+whole step (loss, ``sum``, backward) captured once by ``torch.cuda.graph`` and replayed after
+copying the inputs in (:func:`experiments.run._graph_step`), so a step's host time is two
+copies and one graph launch; their ``peak_mem_bytes`` is what the captured graph keeps
+allocated.  Real GPUs only (the simulator has no graphs).
 
 The two peers are other projects' code, measured as installed when importable (``Impl.unavailable``
 says why not; a sweep then leaves them out with a note).
@@ -123,6 +131,9 @@ class Impl:
     unavailable : callable or None
         For optional peers (installed packages we do not depend on): returns why the package
         cannot be used here, or ``None``; an unavailable peer is left out of a sweep with a note.
+    graphed : bool
+        Timed as a CUDA-graph replay of the whole step (:func:`experiments.run._graph_step`);
+        needs a real GPU.
     """
 
     name: str
@@ -136,6 +147,7 @@ class Impl:
     baseline: bool = False
     barycenter: BarycenterFn | None = None
     unavailable: Callable[[], str | None] | None = None
+    graphed: bool = False
 
     def solve_barycenter(
         self, X: torch.Tensor, gamma: float, max_iter: int, early_stopping: bool
@@ -156,6 +168,8 @@ class Impl:
         Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) the CUDA implementations
         take CPU tensors: slow, but it runs the harness end to end without a GPU.
         """
+        if self.graphed:
+            return device == "cuda" and not simulator()
         return self.device in ("any", device) or (device == "cpu" and simulator())
 
 
@@ -349,11 +363,15 @@ def _pysdtw(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
     return pysdtw.SoftDTW(gamma=gamma, use_cuda=True)(x, y)
 
 
+GRAPHED = {"graphed": True, "launches": _sdtw_launches}
+
 IMPLS: dict[str, Impl] = {
     impl.name: impl
     for impl in [
         _ours("sdtw-fused", True, "cuda", _sdtw_fused, launches=_sdtw_launches),
         _ours("sdtw-unfused", False, "cuda", _sdtw_unfused, launches=_sdtw_launches),
+        _ours("sdtw-fused-graph", True, "cuda", _sdtw_fused, **GRAPHED),
+        _ours("sdtw-unfused-graph", False, "cuda", _sdtw_unfused, **GRAPHED),
         _ours("sdtw-cpu", None, "cpu", _sdtw_cpu, host_memory=True),
         Impl(
             "paper-unfused",

@@ -380,6 +380,48 @@ def _step(impl: Impl, x: torch.Tensor, y: torch.Tensor, gamma: float, mode: str)
     return value, x.grad, y.grad
 
 
+def _graph_step(
+    impl: Impl, x: torch.Tensor, y: torch.Tensor, gamma: float, mode: str
+) -> Callable[[], Outputs]:
+    """:func:`_step` as one CUDA graph (PyTorch's whole-step capture, ``torch.cuda.graph``),
+    the way a training loop with static shapes runs it: the returned step's first call warms
+    up (three eager steps on a side stream, as PyTorch's CUDA-graph notes ask) and returns
+    the last one's outputs; the second captures a step on static copies of ``x`` and ``y``;
+    from then on (the second call included) a step copies ``x`` and ``y`` into the static
+    inputs and replays the graph, whose outputs are the static value and gradients.  So the
+    instrumented step's peak memory is what the graph keeps allocated (its private pool),
+    its launches are the kernels captured in the graph, and a timed step is two copies and
+    one graph launch of host time."""
+    grad = mode == FORWARD_BACKWARD
+    sx = x.detach().clone().requires_grad_(grad)
+    sy = y.detach().clone().requires_grad_(grad)
+    state: dict[str, object] = {}
+
+    def step() -> Outputs:
+        graph = state.get("graph")
+        if graph is None and "warm" not in state:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    out = _step(impl, sx, sy, gamma, mode)
+            torch.cuda.current_stream().wait_stream(side)
+            state["warm"] = True
+            return out
+        if graph is None:
+            sx.grad = sy.grad = None
+            graph = state["graph"] = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                state["out"] = _step(impl, sx, sy, gamma, mode)
+        with torch.no_grad():
+            sx.copy_(x)
+            sy.copy_(y)
+        graph.replay()
+        return state["out"]
+
+    return step
+
+
 def _time_ms(fn: Callable[[], object], device: str) -> float:
     if device == "cuda":
         start = torch.cuda.Event(enable_timing=True)
@@ -452,11 +494,14 @@ def measure(
     budget_s: float,
 ) -> Row:
     """Warm-up, one instrumented step, then timed steps; a failure becomes a status."""
-    if mode == FORWARD_BACKWARD:
-        x, y = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+    if impl.graphed:
+        step = _graph_step(impl, x, y, cfg.gamma, mode)
+    else:
+        if mode == FORWARD_BACKWARD:
+            x, y = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
 
-    def step() -> Outputs:
-        return _step(impl, x, y, cfg.gamma, mode)
+        def step() -> Outputs:
+            return _step(impl, x, y, cfg.gamma, mode)
 
     try:
         step()  # warm-up

@@ -12,7 +12,8 @@ sweep           device  grid
 ``gamma``       auto    gamma in {1e-4, ..., 10}, B = 4, D = 64, N = M = 512 (128 on CPU);
                         forward + backward only: the point is the error vs float64
 ``targets``     cuda    ours only, forward + backward, B = 32, D = 64, N = M in {2048, 1024,
-                        512}: the issue's speed targets, in one short run
+                        512}: the issue's speed targets, in one short run; eager steps and
+                        the same steps captured in a CUDA graph (``sdtw-*-graph``)
 ``long``        cuda    ours only, B in {1, 8}, N = M in {4096, 8192, 16384}, D = 64,
                         and 32768 at B = 1 (skipped if predicted not to fit)
 ``cpu``         cpu     sdtw-cpu, torch, reference; B in {8, 32}, N = M in {32, 64, 128},
@@ -105,6 +106,8 @@ GPU_IMPLS = (
     "pysdtw",  # optional peer: left out with a note where not installed
 )
 OURS_CUDA = ("sdtw-fused", "sdtw-unfused")
+#: Ours with the whole step in a CUDA graph (static shapes; see :mod:`experiments.impls`)
+OURS_GRAPHED = ("sdtw-fused-graph", "sdtw-unfused-graph")
 GAMMAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 
 
@@ -198,9 +201,10 @@ SWEEPS: dict[str, Sweep] = {
         ),
         Sweep(
             "targets",
-            "issue #3's three speed targets: B = 32, D = 64, N = M in {2048, 1024, 512}, ours",
+            "issue #3's three speed targets: B = 32, D = 64, N = M in {2048, 1024, 512}, ours "
+            "(eager and CUDA-graphed steps)",
             "cuda",
-            OURS_CUDA,
+            (*OURS_CUDA, *OURS_GRAPHED),
             _targets,
             modes=(FORWARD_BACKWARD,),
         ),

@@ -293,11 +293,17 @@ _constants: dict[tuple, torch.Tensor] = {}
 
 def _constant(shape: tuple, value: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A small constant tensor the kernels only read (one per kind, made once and reused:
-    nothing may write to it)."""
+    nothing may write to it).
+
+    One first asked for while a CUDA graph is being captured is made for that call only and
+    not kept: its fill is then a node of the graph (it runs at each replay, not at capture),
+    so an eager call after the capture would have read an unwritten tensor."""
     key = (shape, value, dtype, device)
     t = _constants.get(key)
     if t is None:
-        t = _constants[key] = torch.full(shape, value, dtype=dtype, device=device)
+        t = torch.full(shape, value, dtype=dtype, device=device)
+        if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+            _constants[key] = t
     return t
 
 
@@ -332,6 +338,7 @@ def forward(
     hi: int,
     store: bool,
     spare: bool = False,
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, _View | None]:
     """Run the forward kernel (and, fused with ``store``, the distances into ``P`` before it).
 
@@ -341,6 +348,7 @@ def forward(
     y : (B, M, D) or None.
     store : keep the weights ``P`` (B, 2, N, M) for a backward pass.
     spare : also make the backward's boundary buffer, in the same fill.
+    out : (B,) contiguous tensor of ``a``'s dtype for the values (None: a new one).
 
     Returns
     -------
@@ -387,7 +395,8 @@ def forward(
         src2 = _placeholder((1, 1, 1), sdt, dev)  # Y: unused
     elif fused:
         mode, src, src2 = K.FUSED, a, y
-    out = torch.empty(B, dtype=a.dtype, device=dev)
+    if out is None:
+        out = torch.empty(B, dtype=a.dtype, device=dev)
     bufs = _boundary(B, nb, M, dev, 2 if spare else 1)
     _launcher(K.FORWARD[mode, fast, busy()])(
         B * nb,
@@ -443,12 +452,18 @@ def backward(
 
 
 def forward_backward(
-    a: torch.Tensor, y: torch.Tensor | None, gamma: float, lo: int, hi: int
+    a: torch.Tensor,
+    y: torch.Tensor | None,
+    gamma: float,
+    lo: int,
+    hi: int,
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`forward` with ``store``, then :func:`backward` for an upstream gradient of ones
-    with ``sums`` (both launches' boundary buffers from one fill): the values (B,), E
-    (B, N, M) (a view of ``P``) and E's row and column sums (B, N + M, 1)."""
-    out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True)
+    """:func:`forward` with ``store`` (values into ``out`` if given), then :func:`backward`
+    for an upstream gradient of ones with ``sums`` (both launches' boundary buffers from one
+    fill): the values (B,), E (B, N, M) (a view of ``P``) and E's row and column sums
+    (B, N + M, 1)."""
+    out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True, out=out)
     E, S = backward(P, None, True, Gb)
     return out, E, S
 
