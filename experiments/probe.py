@@ -19,8 +19,8 @@ kernel's start and end in a traced training step, and the GPU's gaps;
 ``--kernels [N]``: each kernel's GPU time in a training step at B = 32, N = 1024 (or N)
 (torch.profiler); ``--trace OUTDIR``: Chrome traces (host and GPU timelines) of a few training
 steps at B = 32, D = 64, N in 128, 512, 1024, one JSON file per case in OUTDIR;
-``--graphs [N]``: eager steps with 1 or 2 stream groups of pairs against CUDA-graph replays
-captured with 1-4 groups (B = 32, N = 512, 1024, 2048 or N);
+``--graphs [N]``: eager steps against CUDA-graph replays of the same steps (B = 32,
+N = 512, 1024, 2048 or N);
 ``SDTW_TIMING=1 ... --lag``: from per-block timer stamps (``sdtw.cuda._kernels.TIMING``),
 how far each band runs behind the one it reads from, and the time per step.
 """
@@ -568,14 +568,12 @@ def lag(D: int = 64) -> None:
 
 def graphs(N: int | None = None, B: int = 32, D: int = 64, n: int = 30) -> None:
     """Training steps (forward + backward of ``loss.sum()``) at B = 32, D = 64 and N = 512,
-    1024, 2048 (or N), fused and unfused: eager with the pairs in 1 or 2 stream groups
-    (``sdtw.cuda.SPLIT``), and as a CUDA-graph replay (the harness's
-    :func:`experiments.run._graph_step`) captured with 1, 2, 3 or 4 groups
-    (``sdtw.cuda.GRAPH_SPLIT``): CUDA-event medians of ``n`` after the warm-up, and each
-    graph's held memory.  Values and gradients are checked against the eager unsplit step."""
+    1024, 2048 (or N), fused and unfused: eager, and as a CUDA-graph replay (the harness's
+    :func:`experiments.run._graph_step`): CUDA-event medians of ``n`` after the warm-up, and
+    the memory the graph holds.  The graph's values and gradients are checked against the
+    eager step's."""
     from experiments.impls import FORWARD_BACKWARD, IMPLS
     from experiments.run import _graph_step, _step
-    from sdtw import cuda as sc
 
     def check(ref, out) -> float:
         return max(((a - b).norm() / b.norm()).item() for a, b in zip(out, ref, strict=True))
@@ -586,32 +584,25 @@ def graphs(N: int | None = None, B: int = 32, D: int = 64, n: int = 30) -> None:
         for fused in (True, False):
             name = "sdtw-fused" if fused else "sdtw-unfused"
             lx, ly = x.clone().requires_grad_(), y.clone().requires_grad_()
-            ref = [t.clone() for t in _step(IMPLS[name], lx, ly, 1.0, FORWARD_BACKWARD)]
-            res = []
 
             def eager(impl=IMPLS[name], lx=lx, ly=ly):
                 return _step(impl, lx, ly, 1.0, FORWARD_BACKWARD)
 
-            for split in (1, 2):
-                sc.SPLIT = split
-                err = check(ref, eager())
-                res.append(f"eager/{split} {median_ms(eager, n):.3f} ms (err {err:.1e})")
-            sc.SPLIT = None
-            for split in (1, 2, 3, 4):
-                sc.GRAPH_SPLIT = split
-                torch.cuda.synchronize()
-                before = torch.cuda.memory_allocated()
-                step = _graph_step(IMPLS[name + "-graph"], x, y, 1.0, FORWARD_BACKWARD)
-                step()
-                out = step()
-                torch.cuda.synchronize()
-                held = (torch.cuda.memory_allocated() - before) / 2**20
-                err = check(ref, out)
-                ms = median_ms(step, n)
-                res.append(f"graph/{split} {ms:.3f} ms ({held:.0f} MiB, err {err:.1e})")
-                del step, out
-            sc.GRAPH_SPLIT = 1
-            print(f"B={B} N={n_} D={D} fused={fused}: " + ", ".join(res), flush=True)
+            ref = [t.clone() for t in eager()]
+            ms_eager = median_ms(eager, n)
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated()
+            step = _graph_step(IMPLS[name + "-graph"], x, y, 1.0, FORWARD_BACKWARD)
+            step()
+            err = check(ref, step())
+            torch.cuda.synchronize()
+            held = (torch.cuda.memory_allocated() - before) / 2**20
+            print(
+                f"B={B} N={n_} D={D} fused={fused}: eager {ms_eager:.3f} ms, graph "
+                f"{median_ms(step, n):.3f} ms ({held:.0f} MiB held, rel. error {err:.1e})",
+                flush=True,
+            )
+            del step
 
 
 def _no_grad(x, y, fused):

@@ -35,22 +35,16 @@ def sqeuclidean_grads(
     cols: torch.Tensor | None,
     need_x: bool = True,
     need_y: bool = True,
-    into: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Gradients of ``sum_ij g_ij |x_i - y_j|^2`` for an upstream ``g`` (B, N, M) with row sums
     ``rows`` (B, N, 1) and column sums ``cols`` (B, M, 1): ``2 (rows x - g y)`` and
     ``2 (cols y - g^T x)``, one batched matmul each and no (B, N, M) temporary (None where not
-    needed).  ``into``: tensors of x's and y's shapes to write them in (None: new ones).
-    Written in differentiable ops."""
+    needed).  Written in differentiable ops."""
     gx = gy = None
     # (the matmul adds into the fresh product in place: ``torch.baddbmm`` with a separate
     # input copies it into its result first, one more device copy and host op per gradient)
     if need_x:
-        gx = (x * rows if into[0] is None else torch.mul(x, rows, out=into[0])).baddbmm_(
-            g, y, beta=2.0, alpha=-2.0
-        )
+        gx = (x * rows).baddbmm_(g, y, beta=2.0, alpha=-2.0)
     if need_y:
-        gy = (y * cols if into[1] is None else torch.mul(y, cols, out=into[1])).baddbmm_(
-            g.transpose(1, 2), x, beta=2.0, alpha=-2.0
-        )
+        gy = (y * cols).baddbmm_(g.transpose(1, 2), x, beta=2.0, alpha=-2.0)
     return gx, gy

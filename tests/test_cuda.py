@@ -546,64 +546,8 @@ def test_sim_missing_jit_option_warns():
 
 
 # --------------------------------------------------------------------------------------------
-# Stream groups of pairs and CUDA graphs
+# CUDA graphs
 # --------------------------------------------------------------------------------------------
-
-
-def test_split_setting(monkeypatch):
-    """``SDTW_SPLIT`` is a positive integer or unset; ``split_parts`` applies it (at most B),
-    else 1 outside a CUDA-graph capture."""
-    from sdtw import cuda as sc
-
-    for value, parsed in (("", None), ("3", 3)):
-        monkeypatch.setenv("SDTW_SPLIT", value)
-        assert sc._env_split() == parsed
-    for bad in ("0", "two", "-1"):
-        monkeypatch.setenv("SDTW_SPLIT", bad)
-        with pytest.raises(ValueError, match="SDTW_SPLIT must be a positive integer"):
-            sc._env_split()
-    cpu = torch.device("cpu")
-    monkeypatch.setattr(sc, "SPLIT", None)
-    assert sc.split_parts(8, cpu) == 1
-    monkeypatch.setattr(sc, "SPLIT", 5)
-    assert sc.split_parts(8, cpu) == 5 and sc.split_parts(3, cpu) == 3
-
-
-def _check_split(rng, monkeypatch, device, dtype, B, N, M, D, fused, parts, tol):
-    """Values and gradients (an upstream gradient per pair) with the pairs in ``parts`` stream
-    groups against one group; y without gradient in the unfused case."""
-    from sdtw import cuda as sc
-
-    x = randn(rng, B, N, D, dtype=dtype, device=device).requires_grad_()
-    y = randn(rng, B, M, D, dtype=dtype, device=device).requires_grad_(fused)
-    go = randn(rng, B, dtype=dtype, device=device)
-    wrt = (x, y) if fused else (x,)
-    results = []
-    for split in (None, parts):
-        monkeypatch.setattr(sc, "SPLIT", split)
-        v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=fused)
-        results.append((v, *torch.autograd.grad(v, wrt, go)))
-    for a, b in zip(*results, strict=True):
-        assert rel_err(a, b) <= tol
-
-
-@requires_sim
-@pytest.mark.cudasim
-@pytest.mark.parametrize("fused,parts", [(True, 2), (False, 3)])
-def test_sim_split_matches(rng, monkeypatch, fused, parts):
-    """Pairs split into groups (one per pair with ``parts`` = B) give the unsplit results: each
-    group writes its own slice of the values and gradients."""
-    _check_split(rng, monkeypatch, "cpu", torch.float64, 3, 5, 7, 2, fused, parts, 1e-12)
-
-
-@requires_gpu
-@pytest.mark.cuda
-@pytest.mark.parametrize("fused", [True, False])
-@pytest.mark.parametrize("parts", [2, 3])
-def test_gpu_split_matches(rng, monkeypatch, fused, parts):
-    """On the GPU, groups on side streams (eager, forced by ``SPLIT``) give the unsplit
-    results (up to the batched matmuls' order of summation for other batch sizes)."""
-    _check_split(rng, monkeypatch, "cuda", torch.float32, 7, 97, 70, 8, fused, parts, 1e-6)
 
 
 @requires_gpu
@@ -630,16 +574,12 @@ def test_gpu_constant_made_in_capture_not_kept():
 
 @requires_gpu
 @pytest.mark.cuda
-@pytest.mark.parametrize("path", ["fused", "unfused", "cost"])
-@pytest.mark.parametrize("parts", [1, 2])
-def test_gpu_cuda_graph_step(rng, monkeypatch, path, parts):
+@pytest.mark.parametrize("path", ["fused", "unfused", "cost", "fused-band-normalize"])
+def test_gpu_cuda_graph_step(rng, path):
     """A training step (loss, an upstream gradient per pair, backward) captured once in a CUDA
     graph, after a warm-up on a side stream, then replayed on fresh inputs copied into the
-    static ones, gives the eager step's values and gradients; with the pairs captured in
-    ``parts`` stream groups (``GRAPH_SPLIT``; the cost path is never split)."""
-    from sdtw import cuda as sc
-
-    monkeypatch.setattr(sc, "GRAPH_SPLIT", parts)
+    static ones, gives the eager step's values and gradients: nothing in a step reads the
+    host or synchronises, and nothing outlives a replay in a cache."""
     B, N, M, D = 5, 70, 45, 6
     dt = torch.float32
 
@@ -650,7 +590,10 @@ def test_gpu_cuda_graph_step(rng, monkeypatch, path, parts):
 
     def loss(x, y):
         if path == "cost":
-            return sdtw.softdtw_from_cost(pairwise_cost(x, y), gamma=0.1, backend="cuda")
+            cost = pairwise_cost(x, y, "sqeuclidean")
+            return sdtw.softdtw_from_cost(cost, gamma=0.1, backend="cuda")
+        if path == "fused-band-normalize":
+            return sdtw.softdtw(x, y, gamma=0.1, bandwidth=9, normalize=True, backend="cuda")
         return sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=path == "fused")
 
     w = randn(rng, B, dtype=dt, device="cuda")

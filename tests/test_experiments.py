@@ -17,6 +17,7 @@ import torch
 from experiments import barycenter, run
 from experiments.impls import FORWARD, FORWARD_BACKWARD, IMPLS, Impl
 from experiments.sweeps import SWEEPS, Config, Sweep
+from tests.conftest import requires_gpu
 
 REPO = Path(__file__).resolve().parent.parent
 QUICK = ["--quick", "--repeats", "2", "--budget-s", "0.01"]
@@ -179,6 +180,39 @@ def test_failures_become_statuses() -> None:
     x, y = run.make_inputs(cfg, "cpu")
     row = run.measure(impl, cfg, FORWARD, x, y, "cpu", lambda: run.Oracle(""), 2, 0.01)
     assert row["status"] == "unsupported" and "limit" in row["note"]
+
+
+def test_graphed_impls_need_a_real_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA-graph rows run on a real GPU only (the simulator has no graphs), and the
+    targets sweep times them next to the eager steps."""
+    names = ("sdtw-fused-graph", "sdtw-unfused-graph")
+    for sim in ("0", "1"):
+        monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", sim)
+        for name in names:
+            assert IMPLS[name].graphed and not IMPLS[name].runs_on("cpu")
+            assert IMPLS[name].runs_on("cuda") == (sim == "0")
+    assert set(names) <= set(SWEEPS["targets"].impls)
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_graphed_step_rows() -> None:
+    """``_graph_step`` through ``measure``: ok rows whose outputs (from a replay) match the
+    float64 reference, with the kernels captured in the graph counted once."""
+    cfg = Config(B=3, N=40, M=33, D=4)
+    x, y = run.make_inputs(cfg, "cuda")
+    oracle = run.compute_oracle(x, y, cfg.gamma, "cuda")
+    launches = {("fused", FORWARD): 1, ("unfused", FORWARD): 2}
+    for path in ("fused", "unfused"):
+        for mode in (FORWARD, FORWARD_BACKWARD):
+            impl = IMPLS[f"sdtw-{path}-graph"]
+            row = run.measure(impl, cfg, mode, x, y, "cuda", lambda: oracle, 3, 0.1)
+            assert row["status"] == "ok", row
+            assert row["launches"] == launches.get((path, mode), 3)
+            errs = [row["rel_err_value"]]
+            if mode == FORWARD_BACKWARD:
+                errs += [row["rel_err_grad_x"], row["rel_err_grad_y"]]
+            assert max(errs) <= 1e-4, row
 
 
 @pytest.mark.cudasim

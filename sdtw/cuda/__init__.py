@@ -166,14 +166,13 @@ class _CostFunction(torch.autograd.Function):
 
 
 def _eager_grads(
-    a: torch.Tensor, b, gamma, lo, hi, x: torch.Tensor, y: torch.Tensor, need_x, need_y, into
+    a: torch.Tensor, b, gamma, lo, hi, x: torch.Tensor, y: torch.Tensor, need_x, need_y
 ):
     """The forward and the backward (upstream gradient 1) on the kernels' inputs ``a`` (the
     cost, or x) and ``b`` (None for a cost, else y), then the gradients of each pair's value
     wrt the sequences x and y (None where not ``need_x`` / ``need_y``): returns the values
     and those two gradients, in the kernels' storage dtype.  ``x``, ``y``: the sequences as
-    the kernels take them (:func:`_kernel_inputs`: detached, in that storage dtype);
-    ``into``: (values, grad x, grad y) tensors to write them in, or None for new ones.
+    the kernels take them (:func:`_kernel_inputs`: detached, in that storage dtype).
 
     A gradient wrt x, y is O((N + M) D) per pair, and the upstream gradient of a soft-DTW
     value is one number per pair, so scaling it later is one small multiply
@@ -185,98 +184,11 @@ def _eager_grads(
     under ``torch.no_grad()``)."""
     _launch = _launcher_module()
     N = x.shape[1]
-    out, E, S = _launch.forward_backward(a, b, gamma, lo, hi, into[0])  # E: stride 2 N M
+    out, E, S = _launch.forward_backward(a, b, gamma, lo, hi)  # E: batch stride 2 N M
     # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
     # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
     rows, cols = S.split((N, S.shape[1] - N), 1)
-    return out, sqeuclidean_grads(x, y, E, rows, cols, need_x, need_y, into[1:])
-
-
-_NONE3 = (None, None, None)
-
-
-def _pair_grads(xk, yk, gamma, lo, hi, fused: bool, need_x, need_y, into=_NONE3):
-    """Values and eager gradients (:func:`_eager_grads`) of the pairs of xk, yk: fused, from
-    x and y; unfused, from the park kernel's cost tensor."""
-    a, b = (xk, yk) if fused else (_launcher_module().sqeuclidean(xk, yk), None)
-    return _eager_grads(a, b, gamma, lo, hi, xk, yk, need_x, need_y, into)
-
-
-def _env_split() -> int | None:
-    import os
-
-    v = os.environ.get("SDTW_SPLIT", "")
-    if not v:
-        return None
-    if not v.isdigit() or int(v) < 1:
-        raise ValueError(f"SDTW_SPLIT must be a positive integer, got {v!r}")
-    return int(v)
-
-
-#: Pair groups of a forward with gradients from x, y, each group on its own CUDA stream:
-#: None applies :func:`split_parts`' rule; an int (``SDTW_SPLIT`` in the environment) forces
-#: that many groups (at most B) in every call, captured or not (tests, probes).
-SPLIT: int | None = _env_split()
-
-#: Groups while a CUDA graph is being captured (see :func:`split_parts`).
-GRAPH_SPLIT = 1
-
-
-def split_parts(B: int, device: torch.device) -> int:
-    """How many groups of pairs :func:`softdtw_sqeuclidean` runs side by side (with
-    gradients): ``SPLIT`` if set; else, while a CUDA graph is being captured on the current
-    stream, ``GRAPH_SPLIT`` (at most B); else 1.
-
-    Groups on separate streams let one group's park kernel and gradient matmuls (throughput
-    work) overlap another's DP kernels (latency-bound warps that leave most of the GPU idle
-    at B = 32, N = 512); their kernels run in the order each group needs.  Eagerly, each
-    group costs its own launches and torch calls, host time that a small step cannot spare;
-    in a captured graph that host time is gone.  Under the simulator the groups run one
-    after the other on the CPU."""
-    if SPLIT is not None:
-        return max(1, min(SPLIT, B))
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return max(1, min(GRAPH_SPLIT, B))
-    return 1
-
-
-_side_streams: dict[tuple, torch.cuda.Stream] = {}
-
-
-def _side_stream(device: torch.device, k: int) -> torch.cuda.Stream:
-    key = (device.index, k)
-    s = _side_streams.get(key)
-    if s is None:
-        s = _side_streams[key] = torch.cuda.Stream(device)
-    return s
-
-
-def _split_grads(xk, yk, gamma, lo, hi, fused: bool, need_x, need_y, parts: int):
-    """:func:`_pair_grads` of ``parts`` groups of pairs, group 0 on the current stream and
-    group k on side stream k (forked from the current stream before any group's work and
-    joined after), each writing its slice of the values and gradients."""
-    B = xk.shape[0]
-    out = torch.empty(B, dtype=xk.dtype, device=xk.device)
-    gx = torch.empty_like(xk) if need_x else None
-    gy = torch.empty_like(yk) if need_y else None
-    on_gpu = xk.device.type == "cuda"
-    main = torch.cuda.current_stream(xk.device) if on_gpu else None
-    sides = [_side_stream(xk.device, k) for k in range(1, parts)] if on_gpu else []
-    for s in sides:
-        s.wait_stream(main)
-    edges = [B * k // parts for k in range(parts + 1)]
-    for k in range(parts):
-        sl = slice(edges[k], edges[k + 1])
-        into = (out[sl], None if gx is None else gx[sl], None if gy is None else gy[sl])
-        args = (xk[sl], yk[sl], gamma, lo, hi, fused, need_x, need_y, into)
-        if k == 0 or not on_gpu:
-            _pair_grads(*args)
-        else:
-            with torch.cuda.stream(sides[k - 1]):
-                _pair_grads(*args)
-    for s in sides:
-        main.wait_stream(s)
-    return out, (gx, gy)
+    return out, sqeuclidean_grads(x, y, E, rows, cols, need_x, need_y)
 
 
 def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:
@@ -354,14 +266,12 @@ def softdtw_sqeuclidean(
     All the GPU work is queued before autograd's ``Function.apply`` (which only attaches the
     values and the gradients): the host time of ``apply`` then overlaps the kernels instead
     of delaying the first one."""
+    _launch = _launcher_module()
     need = needs_grad(x, y)
     xk, yk = _kernel_inputs(x.detach(), y.detach())
+    a, b = (xk, yk) if fused else (_launch.sqeuclidean(xk, yk), None)
     if not need:
-        _launch = _launcher_module()
-        a, b = (xk, yk) if fused else (_launch.sqeuclidean(xk, yk), None)
         out, _, _ = _launch.forward(a, b, gamma, lo, hi, store=False)
         return _as(out, x.dtype)
-    args = (xk, yk, gamma, lo, hi, fused, x.requires_grad, y.requires_grad)
-    parts = split_parts(xk.shape[0], xk.device)
-    out, grads = _pair_grads(*args) if parts == 1 else _split_grads(*args, parts)
+    out, grads = _eager_grads(a, b, gamma, lo, hi, xk, yk, x.requires_grad, y.requires_grad)
     return _PairFunction.apply(x, y, (_as(out, x.dtype), grads))

@@ -338,7 +338,6 @@ def forward(
     hi: int,
     store: bool,
     spare: bool = False,
-    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, _View | None]:
     """Run the forward kernel (and, fused with ``store``, the distances into ``P`` before it).
 
@@ -348,7 +347,6 @@ def forward(
     y : (B, M, D) or None.
     store : keep the weights ``P`` (B, 2, N, M) for a backward pass.
     spare : also make the backward's boundary buffer, in the same fill.
-    out : (B,) contiguous tensor of ``a``'s dtype for the values (None: a new one).
 
     Returns
     -------
@@ -395,8 +393,7 @@ def forward(
         src2 = _placeholder((1, 1, 1), sdt, dev)  # Y: unused
     elif fused:
         mode, src, src2 = K.FUSED, a, y
-    if out is None:
-        out = torch.empty(B, dtype=a.dtype, device=dev)
+    out = torch.empty(B, dtype=a.dtype, device=dev)
     bufs = _boundary(B, nb, M, dev, 2 if spare else 1)
     _launcher(K.FORWARD[mode, fast, busy()])(
         B * nb,
@@ -452,18 +449,12 @@ def backward(
 
 
 def forward_backward(
-    a: torch.Tensor,
-    y: torch.Tensor | None,
-    gamma: float,
-    lo: int,
-    hi: int,
-    out: torch.Tensor | None = None,
+    a: torch.Tensor, y: torch.Tensor | None, gamma: float, lo: int, hi: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`forward` with ``store`` (values into ``out`` if given), then :func:`backward`
-    for an upstream gradient of ones with ``sums`` (both launches' boundary buffers from one
-    fill): the values (B,), E (B, N, M) (a view of ``P``) and E's row and column sums
-    (B, N + M, 1)."""
-    out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True, out=out)
+    """:func:`forward` with ``store``, then :func:`backward` for an upstream gradient of ones
+    with ``sums`` (both launches' boundary buffers from one fill): the values (B,), E
+    (B, N, M) (a view of ``P``) and E's row and column sums (B, N + M, 1)."""
+    out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True)
     E, S = backward(P, None, True, Gb)
     return out, E, S
 
