@@ -177,9 +177,11 @@ def _source_note(results: Results, sweeps: Sequence[str]) -> str:
         where = Path(results.folder.name)
     prov = results.provenance(sweeps[0])
     files = ", ".join(f"{s}.csv" for s in sweeps)
+    # short commit names: several runs' commits must fit on the line (the CSVs have them whole)
+    shas = " / ".join(sha.strip()[:7] for sha in str(prov["git_sha"]).split("/"))
     return (
         f"data: {where.as_posix()}/{{{files}}}; {prov['gpu']}, torch {prov['torch']}, "
-        f"numba-cuda {prov['numba_cuda']}, git {prov['git_sha']}, {prov['date_utc'][:10]}"
+        f"numba-cuda {prov['numba_cuda']}, git {shas}, {prov['date_utc'][:10]}"
     )
 
 
