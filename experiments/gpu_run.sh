@@ -9,8 +9,9 @@
 # Each step has a time limit (seconds: SDTW_T_TESTS, SDTW_T_SANITIZER per tool, SDTW_T_PROBE,
 # SDTW_T_SWEEPS in all); a step cut short says so in its log.  SDTW_SKIP_TESTS=1 runs only the
 # sweeps; SDTW_SKIP_CHECKS=1 skips the sanitizer and the probes (tests, then sweeps); extra
-# run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused":
-# without it the sweeps also time every baseline, far more than one call).  On the H200 the
+# run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused", adding
+# "--impl sdtw-fused-graph --impl sdtw-unfused-graph" for the CUDA-graph rows of targets and
+# paper-grid: without it the sweeps also time every baseline, far more than one call).  On the H200 the
 # tests, sanitizer and probes take about 8 minutes (the sanitizer alone ~3): with a 10-minute
 # limit per device call, run the sweeps in a second call: SDTW_SKIP_SWEEPS=1 in the first,
 # SDTW_SKIP_TESTS=1 (or SDTW_SKIP_CHECKS=1, with the tests again) in the second; the tests and

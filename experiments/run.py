@@ -31,6 +31,12 @@ gradient) or ``forward+backward`` (``loss.sum().backward()``):
    (at least 3) when one step is so slow that they would exceed ``--budget-s``; the CSV's
    ``repeats`` column says how many.  Median, 20th and 80th percentiles in milliseconds.
 
+Implementations marked ``graphed`` (``sdtw-fused-graph``, ``sdtw-unfused-graph``) run the same
+steps captured in a CUDA graph (:func:`_graph_step`): the warm-up is three eager steps on a
+side stream, the instrumented step is the capture and a replay (its peak memory is what the
+graph keeps allocated, its launches the kernels captured), and a timed step copies the
+inputs into the graph's static ones and replays it.
+
 An out-of-memory error, a failed launch or a length refusal becomes a row with its status; so
 does any other exception (status ``error``, the message in ``note``): a sweep never crashes.
 

@@ -6,6 +6,12 @@ kernels first and then attach the results to autograd through an ``autograd.Func
 (whose ``apply`` costs host time that would otherwise delay the first kernel).  With
 ``NUMBA_ENABLE_CUDASIM=1`` the same kernels run in Numba's CPU simulator on CPU tensors.
 
+A step can be captured in a CUDA graph (``torch.cuda.graph``, after warm-up calls have
+compiled the kernels): it puts only kernels and torch ops on torch's current stream, reads
+nothing back to the host and never synchronises; a small constant first asked for during a
+capture is not cached (:func:`sdtw.cuda._launch._constant`).  The README shows a whole
+training step captured and replayed, and its measured times.
+
 From x and y, a forward with gradients enabled also runs the backward (upstream gradient 1)
 and keeps only the gradients wrt x and y, O((N + M) D) per pair; autograd's backward then
 multiplies them by each pair's upstream gradient (see :func:`_eager_grads`).  From a cost
