@@ -37,6 +37,9 @@ class SoftDTW(nn.Module):
     ``forward(x, y)``: x (B, N, D) or (N, D), y (B, M, D) or (M, D) -> (B,) (0-dim if
     unbatched).  Arguments are validated here, once, so a bad setting fails at
     construction, not at the first batch.
+
+    On the CUDA backend a training step with this loss can be captured in a CUDA graph and
+    replayed (static shapes; see the README's "CUDA graphs" section).
     """
 
     def __init__(

@@ -621,3 +621,35 @@ def test_gpu_cuda_graph_step(rng, path):
         torch.cuda.synchronize()
         assert rel_err(value, v) <= 1e-6
         assert rel_err(sx.grad, gx) <= 1e-6 and rel_err(sy.grad, gy) <= 1e-6
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_cuda_graph_no_grad_default_rule(rng):
+    """A forward without gradients under ``fused=None`` (whose rule asks the driver for free
+    memory) can be captured too, and its replays on fresh inputs match eager calls."""
+    B, N, M, D = 3, 90, 61, 5
+
+    def inputs():
+        return (randn(rng, B, n, D, dtype=torch.float32, device="cuda") for n in (N, M))
+
+    sx, sy = inputs()
+    module = sdtw.SoftDTW(gamma=0.1)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(2):
+            module(sx, sy)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        value = module(sx, sy)
+    for _ in range(2):
+        x, y = inputs()
+        sx.copy_(x)
+        sy.copy_(y)
+        graph.replay()
+        with torch.no_grad():
+            expected = module(x, y)
+        torch.cuda.synchronize()
+        assert rel_err(value, expected) <= 1e-6
