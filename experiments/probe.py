@@ -621,45 +621,26 @@ def main() -> None:
         rest = sys.argv[sys.argv.index(flag) + 1 :]
         return {"N": int(rest[0])} if rest and rest[0].isdigit() else {}
 
-    if "--profile" in sys.argv:
-        profile(**number_after("--profile"))
-        return
-    if "--steady" in sys.argv:
-        steady()
-        return
-    if "--hostsplit" in sys.argv:
-        host_split(**number_after("--hostsplit"))
-        return
-    if "--timeline" in sys.argv:
-        timeline()
-        return
-    if "--busy" in sys.argv:
-        busy_scan()
-        return
-    if "--host" in sys.argv:
-        host()
-        return
-    if "--memory" in sys.argv:
-        memory()
-        return
-    if "--bscan" in sys.argv:
-        bscan()
-        return
-    if "--ncu-band" in sys.argv:
-        ncu_band_case()
-        return
-    if "--ncu" in sys.argv:
-        ncu_case()
-        return
-    if "--kernels" in sys.argv:
-        kernels(**number_after("--kernels"))
-        return
-    if "--graphs" in sys.argv:
-        graphs(**number_after("--graphs"))
-        return
-    if "--lag" in sys.argv:
-        lag()
-        return
+    # flag -> (probe, whether an optional N may follow the flag); the first flag given wins
+    modes = {
+        "--profile": (profile, True),
+        "--steady": (steady, False),
+        "--hostsplit": (host_split, True),
+        "--timeline": (timeline, False),
+        "--busy": (busy_scan, False),
+        "--host": (host, False),
+        "--memory": (memory, False),
+        "--bscan": (bscan, False),
+        "--ncu-band": (ncu_band_case, False),
+        "--ncu": (ncu_case, False),
+        "--kernels": (kernels, True),
+        "--graphs": (graphs, True),
+        "--lag": (lag, False),
+    }
+    for flag, (probe, takes_n) in modes.items():
+        if flag in sys.argv:
+            probe(**(number_after(flag) if takes_n else {}))
+            return
     if "--trace" in sys.argv:
         trace(sys.argv[sys.argv.index("--trace") + 1])
         return
