@@ -8,6 +8,8 @@ name               what                                                         
 =================  ===========================================================  ======
 ``sdtw-fused``     ours, ``softdtw(fused=True, backend="cuda")``                cuda
 ``sdtw-unfused``   ours, ``softdtw(fused=False, backend="cuda")`` (torch cost)  cuda
+``sdtw-fused-nograph``  ``sdtw-fused`` with the library's CUDA graphs off         cuda
+``sdtw-unfused-nograph``  ``sdtw-unfused``, likewise                              cuda
 ``sdtw-fused-graph``    ``sdtw-fused``, the step captured in a CUDA graph        cuda
 ``sdtw-unfused-graph``  ``sdtw-unfused``, likewise                              cuda
 ``sdtw-cpu``       ours, ``softdtw(backend="cpu")`` (Numba CPU, float64 DP)     any
@@ -20,6 +22,12 @@ name               what                                                         
 ``tslearn``        optional peer: tslearn's ``SoftDTWLossPyTorch`` (CPU DP)     cpu
 ``pysdtw``         optional peer: pysdtw's CUDA ``SoftDTW`` (Numba)             cuda
 =================  ===========================================================  ======
+
+``sdtw-fused`` and ``sdtw-unfused`` are the library's defaults: a small call repeated with
+the same shapes replays a CUDA graph the library captured of its own GPU work
+(:mod:`sdtw.cuda._graphs`; from the harness's first timed step on, its warm-up and
+instrumented steps being the two eager calls before the capture).  The ``-nograph`` rows turn
+that off, so every call launches its kernels eagerly.
 
 The ``-graph`` rows time the same loss as a training loop with static shapes runs it: the
 whole step (loss, ``sum``, backward) captured once by ``torch.cuda.graph`` and replayed after
@@ -263,6 +271,24 @@ def _sdtw(fused: bool | None, backend: str) -> LossFn:
     return loss
 
 
+def _sdtw_nograph(fused: bool | None) -> LossFn:
+    """:func:`_sdtw` on the CUDA backend with the library's CUDA graphs off for the call
+    (``sdtw.cuda.set_graphs``): every call runs its kernels eagerly."""
+
+    def loss(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
+        import sdtw.cuda
+        from sdtw import softdtw
+
+        was = sdtw.cuda.graphs_enabled()
+        sdtw.cuda.set_graphs(False)
+        try:
+            return softdtw(x, y, gamma=gamma, fused=fused, backend="cuda")
+        finally:
+            sdtw.cuda.set_graphs(was)
+
+    return loss
+
+
 def _sdtw_barycenter(fused: bool | None, backend: str) -> BarycenterFn:
     def solve(X: torch.Tensor, gamma: float, max_iter: int, early_stopping: bool) -> list[float]:
         from sdtw import softdtw_barycenter
@@ -281,10 +307,14 @@ def _sdtw_barycenter(fused: bool | None, backend: str) -> BarycenterFn:
     return solve
 
 
-def _ours(name: str, fused: bool | None, backend: str, model: MemoryModel, **kwargs) -> Impl:
-    """sdtw with these options: its loss, and its own barycenter solver."""
+def _ours(
+    name: str, fused: bool | None, backend: str, model: MemoryModel, nograph=False, **kwargs
+) -> Impl:
+    """sdtw with these options: its loss (``nograph``: with the library's CUDA graphs off),
+    and its own barycenter solver."""
     device = "cuda" if backend == "cuda" else "any"
-    loss, solve = _sdtw(fused, backend), _sdtw_barycenter(fused, backend)
+    loss = _sdtw_nograph(fused) if nograph else _sdtw(fused, backend)
+    solve = _sdtw_barycenter(fused, backend)
     return Impl(name, loss, device, model, barycenter=solve, **kwargs)
 
 
@@ -370,6 +400,8 @@ IMPLS: dict[str, Impl] = {
     for impl in [
         _ours("sdtw-fused", True, "cuda", _sdtw_fused, launches=_sdtw_launches),
         _ours("sdtw-unfused", False, "cuda", _sdtw_unfused, launches=_sdtw_launches),
+        _ours("sdtw-fused-nograph", True, "cuda", _sdtw_fused, True, launches=_sdtw_launches),
+        _ours("sdtw-unfused-nograph", False, "cuda", _sdtw_unfused, True, launches=_sdtw_launches),
         _ours("sdtw-fused-graph", True, "cuda", _sdtw_fused, **GRAPHED),
         _ours("sdtw-unfused-graph", False, "cuda", _sdtw_unfused, **GRAPHED),
         _ours("sdtw-cpu", None, "cpu", _sdtw_cpu, host_memory=True),

@@ -108,6 +108,8 @@ GPU_IMPLS = (
 OURS_CUDA = ("sdtw-fused", "sdtw-unfused")
 #: Ours with the whole step in a CUDA graph (static shapes; see :mod:`experiments.impls`)
 OURS_GRAPHED = ("sdtw-fused-graph", "sdtw-unfused-graph")
+#: Ours with the library's own CUDA graphs off (every call eager)
+OURS_NOGRAPH = ("sdtw-fused-nograph", "sdtw-unfused-nograph")
 GAMMAS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
 
 
@@ -196,16 +198,20 @@ SWEEPS: dict[str, Sweep] = {
             "auto",
             # not the oracle itself, nor the CPU-only peer (tslearn: tested, and in `cpu`), nor
             # the CUDA-graph replays of ours (the same kernels: their errors are in `targets`)
-            tuple(name for name in IMPLS if name not in ("reference", "tslearn", *OURS_GRAPHED)),
+            tuple(
+                name
+                for name in IMPLS
+                if name not in ("reference", "tslearn", *OURS_GRAPHED, *OURS_NOGRAPH)
+            ),
             _gamma,
             modes=(FORWARD_BACKWARD,),
         ),
         Sweep(
             "targets",
             "issue #3's three speed targets: B = 32, D = 64, N = M in {2048, 1024, 512}, ours "
-            "(eager and CUDA-graphed steps)",
+            "(defaults, library graphs off, whole steps CUDA-graphed)",
             "cuda",
-            (*OURS_CUDA, *OURS_GRAPHED),
+            (*OURS_CUDA, *OURS_NOGRAPH, *OURS_GRAPHED),
             _targets,
             modes=(FORWARD_BACKWARD,),
         ),

@@ -81,6 +81,16 @@ def pytest_runtest_makereport(item, call):
                 report.sections.append(("rng seed", str(value)))
 
 
+@pytest.fixture(autouse=True)
+def _fresh_library_graphs():
+    """Each test starts and ends without kept library CUDA graphs (sdtw.cuda._graphs), so
+    that a test's memory and launch counts do not depend on the tests before it."""
+    yield
+    graphs = sys.modules.get("sdtw.cuda._graphs")
+    if graphs is not None:
+        graphs.clear_graphs()
+
+
 @pytest.fixture
 def rng(request) -> np.random.Generator:
     """A fresh generator per test: fresh random inputs every run (seed printed on failure)."""

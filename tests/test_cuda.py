@@ -6,6 +6,8 @@ tiny sizes: the simulator is slow); ``cuda`` tests run on a GPU and skip cleanly
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -653,3 +655,182 @@ def test_gpu_cuda_graph_no_grad_default_rule(rng):
             expected = module(x, y)
         torch.cuda.synchronize()
         assert rel_err(value, expected) <= 1e-6
+
+
+# --------------------------------------------------------------------------------------------
+# The library's own CUDA graphs (sdtw.cuda._graphs)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lib_graphs():
+    """The library's graphs on, none kept before or after the test; ``eager()`` is a context
+    in which calls run eagerly, the kept graphs staying (the reference)."""
+    import contextlib
+
+    from sdtw.cuda import _graphs
+
+    _graphs.set_graphs(True)
+    _graphs.clear_graphs()
+
+    @contextlib.contextmanager
+    def eager():
+        _graphs.set_graphs(False)
+        try:
+            yield
+        finally:
+            _graphs.set_graphs(True)
+
+    _graphs.eager = eager
+    yield _graphs
+    del _graphs.eager
+    _graphs.set_graphs(True, max_cells=_graphs.MAX_CELLS)
+    _graphs.clear_graphs()
+
+
+_GRAPH_CASES = {
+    "fused": dict(fused=True),
+    "unfused": dict(fused=False),
+    "x-only": dict(fused=True, grad_y=False),
+    "no-grad": dict(fused=None, grad_x=False, grad_y=False),
+    "band-normalize-f64": dict(bandwidth=9, normalize=True, dtype=torch.float64),
+    "half-noncontiguous": dict(dtype=torch.float16, transpose=True),
+    "unbatched": dict(unbatched=True),
+}
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", list(_GRAPH_CASES))
+def test_gpu_library_graph_replays_match_eager(rng, lib_graphs, case):
+    """Repeated calls of one shape: the first two run eagerly, the third captures a graph,
+    later ones replay it; on fresh inputs each time, values and gradients (upstream gradient
+    per pair) are the eager ones.  One graph is kept, and a replay counts its launches."""
+    from sdtw.cuda import _launch
+
+    opts = dict(_GRAPH_CASES[case])
+    dt = opts.pop("dtype", torch.float32)
+    gx_on, gy_on = opts.pop("grad_x", True), opts.pop("grad_y", True)
+    transpose, unbatched = opts.pop("transpose", False), opts.pop("unbatched", False)
+    B, N, M, D = 5, 70, 45, 6
+
+    def inputs():
+        def one(n):
+            t = randn(rng, B, n, D, dtype=torch.float32, device="cuda").to(dt)
+            if transpose:  # same values, strides (B, 1, n): the copy in makes it contiguous
+                t = t.transpose(1, 2).contiguous().transpose(1, 2)
+            return t[0] if unbatched else t
+
+        return one(N), one(M)
+
+    w = randn(rng, 1 if unbatched else B, dtype=dt, device="cuda")
+    if unbatched:
+        w = w[0]
+
+    def run(x, y):
+        x, y = x.clone().requires_grad_(gx_on), y.clone().requires_grad_(gy_on)
+        v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", **opts)
+        leaves = [t for t in (x, y) if t.requires_grad]
+        grads = torch.autograd.grad(v, leaves, w) if leaves else ()
+        return (v.detach(), *grads)
+
+    keys = 3 if opts.get("normalize") else 1  # N != M: the xy, xx and yy terms
+    for k in range(5):
+        x, y = inputs()
+        n0 = sum(_launch.launch_counts.values())
+        got = run(x, y)
+        launched = sum(_launch.launch_counts.values()) - n0
+        with lib_graphs.eager():
+            expected = run(x, y)
+        torch.cuda.synchronize()
+        assert lib_graphs.graph_count() == (keys if k >= 2 else 0)
+        if k >= 3:  # replays: the kernels they ran (no-grad fused=None: unfused, 2)
+            assert launched == (3 if (gx_on or gy_on) else 2) * keys
+        for a, b in zip(got, expected, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert torch.equal(a, b) or rel_err(a, b) <= 1e-6, (case, k, rel_err(a, b))
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_library_graph_outputs_are_copies(rng, lib_graphs):
+    """Two replayed calls of one shape before a single backward keep their own values and
+    gradients (the graph's static outputs are cloned)."""
+    B, N, D = 3, 40, 4
+    for _ in range(3):  # capture
+        sdtw.softdtw(*(randn(rng, B, N, D, device="cuda").float() for _ in range(2)))
+    assert lib_graphs.graph_count() == 1
+    xs = [randn(rng, B, N, D, device="cuda").float().requires_grad_() for _ in range(4)]
+    v1, v2 = sdtw.softdtw(xs[0], xs[1]), sdtw.softdtw(xs[2], xs[3])
+    (v1.sum() + 2 * v2.sum()).backward()
+    with lib_graphs.eager():
+        ys = [t.detach().clone().requires_grad_() for t in xs]
+        e1, e2 = sdtw.softdtw(ys[0], ys[1]), sdtw.softdtw(ys[2], ys[3])
+        (e1.sum() + 2 * e2.sum()).backward()
+    assert rel_err(v1, e1) <= 1e-6 and rel_err(v2, e2) <= 1e-6
+    for a, b in zip(xs, ys, strict=True):
+        assert rel_err(a.grad, b.grad) <= 1e-6
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_library_graph_limits(rng, lib_graphs, monkeypatch):
+    """What is not captured: calls above ``max_cells``, calls while the caller captures a
+    graph itself, calls with graphs turned off; streams get their own graphs; beyond
+    ``MAX_GRAPHS`` the least recently used graph is dropped; ``clear_graphs`` drops all."""
+
+    def calls(n, B=2, N=20, M=20, k=3):
+        for _ in range(k):
+            x = randn(rng, B, N, 3, device="cuda").float().requires_grad_()
+            sdtw.softdtw(x, randn(rng, B, M, 3, device="cuda").float()).sum().backward()
+
+    lib_graphs.set_graphs(True, max_cells=2 * 20 * 20 - 1)
+    calls(3)
+    assert lib_graphs.graph_count() == 0
+    lib_graphs.set_graphs(True, max_cells=lib_graphs.MAX_CELLS)
+    calls(3)
+    assert lib_graphs.graph_count() == 1
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        calls(3)
+    torch.cuda.current_stream().wait_stream(side)
+    assert lib_graphs.graph_count() == 2  # one per stream
+    # a caller's own capture of a fresh shape: recorded eagerly, nothing kept or counted
+    x = randn(rng, 2, 30, 3, device="cuda").float().requires_grad_()
+    y = randn(rng, 2, 30, 3, device="cuda").float()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    seen = dict(lib_graphs._seen)
+    with torch.cuda.graph(graph):
+        for _ in range(3):
+            sdtw.softdtw(x, y).sum().backward()
+    assert lib_graphs.graph_count() == 2 and lib_graphs._seen == seen
+    monkeypatch.setattr(lib_graphs, "MAX_GRAPHS", 2)
+    calls(3, N=21)
+    assert lib_graphs.graph_count() == 2
+    assert [k[5] for k in lib_graphs._graphs if k[0][1] == 20] == [side.cuda_stream]
+    lib_graphs.set_graphs(False)
+    calls(3, N=22)
+    assert lib_graphs.graph_count() == 2 and not lib_graphs.graphs_enabled()
+    lib_graphs.clear_graphs()
+    assert lib_graphs.graph_count() == 0
+
+
+def test_library_graphs_off_the_gpu():
+    """On CPU tensors (and so under the simulator) nothing is captured: the call says "run
+    eagerly" without touching ``compute``; bad settings name the argument."""
+    from sdtw.cuda import _graphs
+
+    def compute(x, y):
+        raise AssertionError("compute must not run here")
+
+    x, y = torch.zeros(2, 5, 3), torch.zeros(2, 4, 3)
+    for _ in range(4):
+        assert _graphs.call(x, y, (1.0, 0, 0, True, True, True), torch.float32, compute) is None
+    assert _graphs.graph_count() == 0 and not _graphs._seen
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        sdtw.cuda.set_graphs(1)
+    with pytest.raises(ValueError, match="max_cells must be a positive int"):
+        sdtw.cuda.set_graphs(True, max_cells=0)
+    assert sdtw.cuda.graphs_enabled() == (os.environ.get("SDTW_CUDA_GRAPHS", "1") != "0")

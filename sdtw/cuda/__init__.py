@@ -61,11 +61,16 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from sdtw._sqeuclidean import sqeuclidean_grads
+from sdtw.cuda import _graphs
+from sdtw.cuda._graphs import clear_graphs, graphs_enabled, set_graphs
 
 __all__ = [
+    "clear_graphs",
     "cost_fits",
     "cuda_usable",
+    "graphs_enabled",
     "needs_grad",
+    "set_graphs",
     "simulator_enabled",
     "softdtw_cost",
     "softdtw_sqeuclidean",
@@ -271,13 +276,32 @@ def softdtw_sqeuclidean(
 
     All the GPU work is queued before autograd's ``Function.apply`` (which only attaches the
     values and the gradients): the host time of ``apply`` then overlaps the kernels instead
-    of delaying the first one."""
-    _launch = _launcher_module()
+    of delaying the first one.  A small call repeated with the same shapes replays a CUDA
+    graph of that GPU work instead (:mod:`sdtw.cuda._graphs`)."""
     need = needs_grad(x, y)
-    xk, yk = _kernel_inputs(x.detach(), y.detach())
-    a, b = (xk, yk) if fused else (_launch.sqeuclidean(xk, yk), None)
+    need_x, need_y = need and x.requires_grad, need and y.requires_grad
+    dtype = _kernel_dtype(x).dtype
+
+    def compute(xk: torch.Tensor, yk: torch.Tensor) -> tuple:
+        return _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y)
+
+    done = _graphs.call(x, y, (gamma, lo, hi, fused, need_x, need_y), dtype, compute)
+    if done is None:
+        done = compute(*_kernel_inputs(x.detach(), y.detach()))
+    out = _as(done[0], x.dtype)
     if not need:
+        return out
+    return _PairFunction.apply(x, y, (out, done[1:]))
+
+
+def _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y) -> tuple:
+    """The GPU work of :func:`softdtw_sqeuclidean` on the kernels' inputs (contiguous, in the
+    kernels' dtype): values and the gradients wrt x and y (None where not needed, both None
+    without gradients), in the kernels' storage dtype."""
+    _launch = _launcher_module()
+    a, b = (xk, yk) if fused else (_launch.sqeuclidean(xk, yk), None)
+    if not (need_x or need_y):
         out, _, _ = _launch.forward(a, b, gamma, lo, hi, store=False)
-        return _as(out, x.dtype)
-    out, grads = _eager_grads(a, b, gamma, lo, hi, xk, yk, x.requires_grad, y.requires_grad)
-    return _PairFunction.apply(x, y, (_as(out, x.dtype), grads))
+        return out, None, None
+    out, (gx, gy) = _eager_grads(a, b, gamma, lo, hi, xk, yk, need_x, need_y)
+    return out, gx, gy

@@ -1,0 +1,255 @@
+"""Library-side CUDA graphs: a repeated small call replays a captured graph of its kernels.
+
+At small sizes a soft-DTW call from x and y is bound by the host, not the GPU: on the H200
+machine the Python, the three Numba launches and the torch ops of a fused call with gradients
+take 0.5-0.6 ms of host time (``probe --hostsplit``), while its kernels take 0.1 ms at
+B = 32, N = 128 and 0.5 ms at N = 512.  So :func:`call` captures the whole GPU side of a call
+(the kernels, the gradient matmuls, the buffers' fills) in a ``torch.cuda.CUDAGraph`` once the
+same *key* has run eagerly :data:`CAPTURE_AFTER` times, and from then on a call with that key
+copies its inputs into the graph's static ones, replays the graph and clones its outputs:
+about six torch calls of host time.
+
+The key is everything the captured work depends on: the shapes and dtypes of x and y, their
+device and torch's current stream there, gamma, the band, fused or not, which gradients are
+needed, autocast on or off, and the kernels' handoff variant.  Outputs are cloned, so two
+calls with the same key before a backward keep their own gradients.  Results are those of the
+same kernels run eagerly.
+
+What is kept: each graph holds its own memory pool, the call's peak (the weights buffer, 8 N M
+bytes per pair for float32 inputs, the boundary rows and the gradients), between calls.  So only
+calls with ``B N M <= max_cells`` (default :data:`MAX_CELLS`, B = 32 at N = M = 1024: ~290
+MiB kept) are captured, at most :data:`MAX_GRAPHS` graphs are kept, and together they hold at
+most :data:`BUDGET_CELLS` cells; the least recently used is dropped first.
+
+Not captured (run eagerly, as before): CPU tensors and the simulator, a call while torch's
+current stream is itself being captured (a caller's own ``torch.cuda.graph`` of a whole step
+records the eager kernels instead), and the cost-tensor path (``softdtw_from_cost``: its input
+and its lazy gradient are (B, N, M), so copies in and out would cost a pass each).  A capture
+that fails warns once and leaves that key eager.
+
+``SDTW_CUDA_GRAPHS=0`` in the environment, or ``sdtw.cuda.set_graphs(False)``, turns it off;
+``sdtw.cuda.clear_graphs()`` frees the kept graphs.  A caller that captures whole steps itself may
+want it off: the library's graph, captured during that caller's eager warm-up steps, would
+keep its pool for nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable
+
+import torch
+
+__all__ = [
+    "BUDGET_CELLS",
+    "CAPTURE_AFTER",
+    "MAX_CELLS",
+    "MAX_GRAPHS",
+    "call",
+    "clear_graphs",
+    "graph_count",
+    "graphs_enabled",
+    "set_graphs",
+]
+
+#: Largest ``B N M`` of a captured call (B = 32, N = M = 1024).
+MAX_CELLS = 1 << 25
+#: Cells of all kept graphs together (two of the largest).
+BUDGET_CELLS = 1 << 26
+#: Graphs kept at most (a training step, its validation step, normalize's three terms...).
+MAX_GRAPHS = 8
+#: Eager calls of a key before the next one is captured.
+CAPTURE_AFTER = 2
+
+_enabled = os.environ.get("SDTW_CUDA_GRAPHS", "1") != "0"
+_max_cells = MAX_CELLS
+_lock = threading.Lock()
+_graphs: OrderedDict[tuple, _Graph | None] = OrderedDict()  # None: capture failed, eager
+_seen: dict[tuple, int] = {}
+_side: dict[int, torch.cuda.Stream] = {}
+_warned = False
+
+#: torch's raw current-stream query (one C call), where this torch has it.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+#: ``compute(x, y) -> (values, grad_x, grad_y)`` on the kernels' inputs (static during a
+#: capture); the gradients are None where not asked for.
+Compute = Callable[[torch.Tensor, torch.Tensor], tuple]
+
+
+def set_graphs(enabled: bool = True, max_cells: int | None = None) -> None:
+    """Turn the library's CUDA graphs on or off, and set the largest ``B N M`` captured
+    (``None``: keep the current one; :data:`MAX_CELLS` by default).  Off, every call runs
+    eagerly; the graphs already kept stay until :func:`clear_graphs` (and are used again
+    when turned back on)."""
+    global _enabled, _max_cells
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {enabled!r}")
+    if max_cells is not None:
+        if isinstance(max_cells, bool) or not isinstance(max_cells, int) or max_cells < 1:
+            raise ValueError(f"max_cells must be a positive int or None, got {max_cells!r}")
+        _max_cells = max_cells
+    _enabled = enabled
+
+
+def graphs_enabled() -> bool:
+    """Whether repeated small calls are captured and replayed (:func:`set_graphs`)."""
+    return _enabled
+
+
+def clear_graphs() -> None:
+    """Drop every kept graph (their memory pools go back to torch's allocator) and the counts
+    of calls seen."""
+    with _lock:
+        _graphs.clear()
+        _seen.clear()
+
+
+def graph_count() -> int:
+    """Graphs kept now."""
+    return sum(g is not None for g in _graphs.values())
+
+
+_launch_mod = None
+
+
+def _launch():
+    """:mod:`sdtw.cuda._launch` (it imports numba: loaded on the first CUDA call, then kept;
+    an import statement per call would cost host time)."""
+    global _launch_mod
+    if _launch_mod is None:
+        from sdtw.cuda import _launch as mod
+
+        _launch_mod = mod
+    return _launch_mod
+
+
+class _Graph:
+    """One captured call: static inputs, the graph, static outputs, and the Numba launches
+    the graph replays (added to :data:`sdtw.cuda._launch.launch_counts` at each replay)."""
+
+    __slots__ = ("cells", "graph", "launches", "lock", "outs", "x", "y")
+
+    def __init__(self, x, y, graph, outs, launches, cells) -> None:
+        self.x, self.y, self.graph, self.outs = x, y, graph, outs
+        self.launches, self.cells = launches, cells
+        self.lock = threading.Lock()
+
+    def run(self, x: torch.Tensor, y: torch.Tensor) -> tuple:
+        with self.lock:  # two threads on one stream: copy, replay, clone stay together
+            self.x.copy_(x.detach())
+            self.y.copy_(y.detach())
+            self.graph.replay()
+            res = tuple(None if t is None else t.clone() for t in self.outs)
+        _launch().launch_counts.update(self.launches)
+        return res
+
+
+def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
+    """The call's key, or None where it is not captured (see the module docstring)."""
+    if not _enabled or x.device.type != "cuda":
+        return None
+    B, N, _ = x.shape
+    if B * N * y.shape[1] > _max_cells or torch.cuda.is_current_stream_capturing():
+        return None
+    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    stream = (
+        _raw_stream(dev) if _raw_stream is not None else torch.cuda.current_stream(dev).cuda_stream
+    )
+    auto = torch.is_autocast_enabled("cuda")
+    return (x.shape, y.shape, x.dtype, y.dtype, dev, stream, params, auto, _launch().FORCE_BUSY)
+
+
+def call(
+    x: torch.Tensor, y: torch.Tensor, params: tuple, dtype: torch.dtype, compute: Compute
+) -> tuple | None:
+    """``compute``'s results for x, y from a replayed graph, or None: run it eagerly.
+
+    ``params``: the call's scalars (gamma, band, fused, gradients needed: part of the key);
+    ``dtype``: the kernels' input dtype (the static inputs')."""
+    key = _key(x, y, params)
+    if key is None:
+        return None
+    g = _graphs.get(key, False)
+    if g is None:  # capture failed before
+        return None
+    if g is not False:
+        _graphs.move_to_end(key)
+        return g.run(x, y)
+    n = _seen.get(key, 0) + 1
+    if n <= CAPTURE_AFTER:
+        if len(_seen) >= 1024:  # one-off shapes: bounded all the same
+            _seen.clear()
+        _seen[key] = n
+        return None
+    _seen.pop(key, None)
+    with _lock:
+        g = _capture(key, x, y, dtype, compute)
+    return None if g is None else g.run(x, y)
+
+
+def _side_stream(dev: int) -> torch.cuda.Stream:
+    s = _side.get(dev)
+    if s is None:
+        s = _side[dev] = torch.cuda.Stream(dev)
+    return s
+
+
+def _capture(key: tuple, x, y, dtype: torch.dtype, compute: Compute) -> _Graph | None:
+    """Warm up on a side stream, capture ``compute`` on static copies of x, y, keep the graph
+    (dropping the least recently used ones beyond the limits); None if the capture failed."""
+    global _warned
+    launch_counts = _launch().launch_counts
+    dev = key[4]
+    cells = x.shape[0] * x.shape[1] * y.shape[1]
+    sx = torch.empty(x.shape, dtype=dtype, device=x.device)
+    sy = torch.empty(y.shape, dtype=dtype, device=y.device)
+    sx.copy_(x.detach())
+    sy.copy_(y.detach())
+    side = _side_stream(dev)
+    cur = torch.cuda.current_stream(dev)
+    try:
+        side.wait_stream(cur)
+        with torch.cuda.stream(side):  # warm-up, as PyTorch asks before a capture
+            compute(sx, sy)
+        cur.wait_stream(side)
+        before = launch_counts.copy()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+            outs = compute(sx, sy)
+        launches = launch_counts.copy()
+        launches.subtract(before)
+        # the capture only recorded the launches: nothing ran; the replays will count them
+        launch_counts.subtract(launches)
+    except Exception as exc:  # an op this torch cannot capture: this key stays eager
+        _graphs[key] = None
+        if not _warned:
+            _warned = True
+            warnings.warn(
+                f"sdtw: CUDA-graph capture failed ({exc!r}); calls of this shape run eagerly "
+                "(about 0.5 ms more host time per call; sdtw.cuda.set_graphs(False) turns "
+                "capture off)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return None
+    g = _Graph(sx, sy, graph, outs, +launches, cells)
+    _graphs[key] = g
+    _evict()
+    return g
+
+
+def _evict() -> None:
+    """Drop the least recently used graphs beyond :data:`MAX_GRAPHS` or
+    :data:`BUDGET_CELLS` (failed keys count toward neither, and are dropped with the oldest)."""
+    while len(_graphs) > 4 * MAX_GRAPHS or (
+        len(_graphs) > 1
+        and (
+            graph_count() > MAX_GRAPHS
+            or sum(g.cells for g in _graphs.values() if g is not None) > BUDGET_CELLS
+        )
+    ):
+        _graphs.popitem(last=False)
