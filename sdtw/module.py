@@ -38,8 +38,10 @@ class SoftDTW(nn.Module):
     unbatched).  Arguments are validated here, once, so a bad setting fails at
     construction, not at the first batch.
 
-    On the CUDA backend a training step with this loss can be captured in a CUDA graph and
-    replayed (static shapes; see the README's "CUDA graphs" section).
+    On the CUDA backend a call repeated with the same shapes (B N M <= 2^25) replays the
+    library's own CUDA graph of its kernels from the third call on, and a whole training step
+    with this loss can be captured in a CUDA graph of your own and replayed (static shapes;
+    see the README's "CUDA graphs" section, and ``sdtw.cuda.set_graphs``).
     """
 
     def __init__(

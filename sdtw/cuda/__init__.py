@@ -10,7 +10,9 @@ A step can be captured in a CUDA graph (``torch.cuda.graph``, after warm-up call
 compiled the kernels): it puts only kernels and torch ops on torch's current stream, reads
 nothing back to the host and never synchronises; a small constant first asked for during a
 capture is not cached (:func:`sdtw.cuda._launch._constant`).  The README shows a whole
-training step captured and replayed, and its measured times.
+training step captured and replayed, and its measured times.  The backend uses that itself:
+a small call from x and y repeated with the same shapes replays a graph of its own GPU work
+(:mod:`sdtw.cuda._graphs`; :func:`set_graphs`, :func:`clear_graphs`, ``SDTW_CUDA_GRAPHS=0``).
 
 From x and y, a forward with gradients enabled also runs the backward (upstream gradient 1)
 and keeps only the gradients wrt x and y, O((N + M) D) per pair; autograd's backward then
