@@ -194,6 +194,31 @@ def test_graphed_impls_need_a_real_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert set(names) <= set(SWEEPS["targets"].impls)
 
 
+def test_nograph_impls_turn_library_graphs_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``-nograph`` rows call ``softdtw`` with the library's CUDA graphs off and turn
+    them back on after (also when the call fails); the targets sweep times them too."""
+    import sdtw
+    import sdtw.cuda
+
+    seen = []
+
+    def fake(x, y, **kw):
+        seen.append((sdtw.cuda.graphs_enabled(), kw["fused"], kw["backend"]))
+        if len(seen) == 2:
+            raise RuntimeError("boom")
+        return x
+
+    monkeypatch.setattr(sdtw, "softdtw", fake)
+    sdtw.cuda.set_graphs(True)
+    x = torch.zeros(1, 2, 3)
+    assert IMPLS["sdtw-fused-nograph"].loss(x, x, 1.0) is x
+    with pytest.raises(RuntimeError, match="boom"):
+        IMPLS["sdtw-unfused-nograph"].loss(x, x, 1.0)
+    assert seen == [(False, True, "cuda"), (False, False, "cuda")]
+    assert sdtw.cuda.graphs_enabled()
+    assert {"sdtw-fused-nograph", "sdtw-unfused-nograph"} <= set(SWEEPS["targets"].impls)
+
+
 @requires_gpu
 @pytest.mark.cuda
 def test_gpu_graphed_step_rows() -> None:
