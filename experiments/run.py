@@ -30,6 +30,12 @@ gradient) or ``forward+backward`` (``loss.sum().backward()``):
 4. ``repeats`` timed steps (CUDA events on a GPU, ``time.perf_counter`` on the CPU), fewer
    (at least 3) when one step is so slow that they would exceed ``--budget-s``; the CSV's
    ``repeats`` column says how many.  Median, 20th and 80th percentiles in milliseconds.
+   Each step is synchronised (the GPU idle at its start): its time includes the host's work
+   before the first kernel;
+5. in sweeps with ``back_to_back`` (``targets``), as many steps again run back to back, with
+   no synchronisation in between (a second row, metric ``time_ms_back_to_back``: one interval
+   over all of them, no percentiles), which is what a training loop that does not read the
+   loss back each step gets: the larger of the host's and the GPU's time per step.
 
 Implementations marked ``graphed`` (``sdtw-fused-graph``, ``sdtw-unfused-graph``) run the same
 steps captured in a CUDA graph (:func:`_graph_step`): the warm-up is three eager steps on a
@@ -121,6 +127,8 @@ PROVENANCE_COLUMNS = (
 COLUMNS = MEASURE_COLUMNS + PROVENANCE_COLUMNS
 KEY_COLUMNS = ("impl", "mode", "B", "N", "M", "D", "gamma", "dtype")
 METRIC = "time_ms"
+#: Metric of a sweep's back-to-back timing (:func:`_back_to_back`).
+BACK_TO_BACK = "time_ms_back_to_back"
 
 REFERENCE_MAX_CELLS = 128 * 128  # N M: the NumPy oracle loops over cells in Python
 CPU_F64_MAX_CELLS = 2**25  # B N M: sdtw-cpu in float64 (~10 s on 2 cores) when a GPU is here
@@ -488,6 +496,31 @@ def _timed(
     return {"median": median, "p20": p20, "p80": p80, "repeats": n, "status": "ok"}
 
 
+def _back_to_back(step: Callable[[], object], device: str, n: int) -> float:
+    """Milliseconds per step of ``n`` steps run back to back: one CUDA-event (or
+    ``perf_counter``) interval around all of them, no synchronisation in between, so the
+    host queues a step while the GPU runs the one before, as in a training loop that does
+    not read a value back each step.  The step time is then the larger of its host and its
+    GPU time, where a synchronised step (:func:`_time_ms`) pays both the host's head start
+    and the GPU's work."""
+    if device == "cuda":
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(n):
+            out = step()
+            del out
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / n
+    t0 = time.perf_counter()
+    for _ in range(n):
+        out = step()
+        del out
+    return 1e3 * (time.perf_counter() - t0) / n
+
+
 def measure(
     impl: Impl,
     cfg: Config,
@@ -498,8 +531,12 @@ def measure(
     oracle: Callable[[], Oracle],
     repeats: int,
     budget_s: float,
+    back_to_back: bool = False,
 ) -> Row:
-    """Warm-up, one instrumented step, then timed steps; a failure becomes a status."""
+    """Warm-up, one instrumented step, then timed steps; a failure becomes a status.
+
+    With ``back_to_back``, then as many steps again back to back (:func:`_back_to_back`):
+    their time per step is the row's ``back_to_back_ms``."""
     if impl.graphed:
         step = _graph_step(impl, x, y, cfg.gamma, mode)
     else:
@@ -517,6 +554,8 @@ def measure(
         outputs = [None if t is None else t.detach().cpu() for t in (value, grad_x, grad_y)]
         del value, grad_x, grad_y
         row.update(_timed(step, device, repeats, budget_s, row.pop("seconds")))
+        if back_to_back:
+            row["back_to_back_ms"] = _back_to_back(step, device, row["repeats"])
     except Exception as exc:
         return {"status": classify(exc), "note": _message(exc)}
     ref = oracle()
@@ -751,7 +790,21 @@ def _run_config(
                 )
             else:
                 inputs = inputs or make_inputs(cfg, device)
-                rows[0].update(measure(impl, cfg, mode, *inputs, device, oracle, repeats, budget_s))
+                rows[0].update(
+                    measure(
+                        impl,
+                        cfg,
+                        mode,
+                        *inputs,
+                        device,
+                        oracle,
+                        repeats,
+                        budget_s,
+                        sweep.back_to_back,
+                    )
+                )
+                if "back_to_back_ms" in rows[0]:
+                    rows.append(_back_to_back_row(rows[0]))
             _free_memory(device)
         for row in rows:
             row.update(
@@ -766,6 +819,13 @@ def _run_config(
             writer.write(row)
         bar.update()
     return True
+
+
+def _back_to_back_row(row: Row) -> Row:
+    """The ``time_ms_back_to_back`` row of a measurement: its back-to-back time per step as
+    the median (one interval: no percentiles), the rest of ``row`` as measured."""
+    ms = row.pop("back_to_back_ms")
+    return {**row, "metric": BACK_TO_BACK, "median": ms, "p20": None, "p80": None}
 
 
 # --------------------------------------------------------------------------------------------

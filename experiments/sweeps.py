@@ -12,8 +12,9 @@ sweep           device  grid
 ``gamma``       auto    gamma in {1e-4, ..., 10}, B = 4, D = 64, N = M = 512 (128 on CPU);
                         forward + backward only: the point is the error vs float64
 ``targets``     cuda    ours only, forward + backward, B = 32, D = 64, N = M in {2048, 1024,
-                        512}: the issue's speed targets, in one short run; eager steps and
-                        the same steps captured in a CUDA graph (``sdtw-*-graph``)
+                        512}: the issue's speed targets, in one short run; eager steps (the
+                        library's graphs on and off) and whole steps captured in a CUDA
+                        graph (``sdtw-*-graph``); also timed back to back
 ``long``        cuda    ours only, B in {1, 8}, N = M in {4096, 8192, 16384}, D = 64,
                         and 32768 at B = 1 (skipped if predicted not to fit)
 ``cpu``         cpu     sdtw-cpu, torch, reference; B in {8, 32}, N = M in {32, 64, 128},
@@ -78,6 +79,10 @@ class Sweep:
         :data:`experiments.barycenter.MODES` (task ``"barycenter"``).
     task : {"loss", "barycenter"}
         What a measurement times (see the module docstring).
+    back_to_back : bool
+        Also time the steps back to back, with no synchronisation between them (metric
+        ``time_ms_back_to_back``: what a training loop that does not read the loss each step
+        gets; see :func:`experiments.run.measure`).
     """
 
     name: str
@@ -87,6 +92,7 @@ class Sweep:
     grid: Grid
     modes: tuple[str, ...] = field(default=MODES)
     task: str = "loss"
+    back_to_back: bool = False
 
     def resolve_device(self, cuda_available: bool) -> str:
         """The device this sweep runs on here ("cuda" or "cpu")."""
@@ -214,6 +220,7 @@ SWEEPS: dict[str, Sweep] = {
             (*OURS_CUDA, *OURS_NOGRAPH, *OURS_GRAPHED),
             _targets,
             modes=(FORWARD_BACKWARD,),
+            back_to_back=True,
         ),
         Sweep(
             "long",

@@ -158,6 +158,26 @@ def test_memory_model_skips_impossible_configs(tmp_path: Path) -> None:
     assert all(r["median"] == "" for r in rows)
 
 
+def test_back_to_back_rows(tmp_path: Path) -> None:
+    """A sweep with ``back_to_back`` writes a second row per measurement, metric
+    ``time_ms_back_to_back``: the same point, its own positive time, no percentiles; a
+    skipped point gets none; resume counts the pair as one measurement."""
+    tiny = [Config(B=2, N=5, M=7, D=3), Config(B=4096, N=10**6, M=10**6, D=64)]
+    sweep = Sweep("b2b", "back to back", "cpu", ("torch",), lambda d, q: tiny, back_to_back=True)
+    path, complete = run.run_sweep(sweep, ["torch"], tmp_path, repeats=3, budget_s=0.01)
+    rows = _rows(path)
+    assert complete and len(rows) == 2 * 2 + 2  # two modes; the huge point skipped
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert [r["metric"] for r in ok] == [run.METRIC, run.BACK_TO_BACK] * 2
+    for synced, b2b in zip(ok[::2], ok[1::2], strict=True):
+        assert b2b["mode"] == synced["mode"] and b2b["repeats"] == synced["repeats"]
+        assert float(b2b["median"]) > 0 and b2b["p20"] == b2b["p80"] == ""
+        assert b2b["rel_err_value"] == synced["rel_err_value"] != ""
+    assert {r["metric"] for r in rows if r["status"] == "skipped-memory"} == {run.METRIC}
+    path, complete = run.run_sweep(sweep, ["torch"], tmp_path, repeats=3, resume=True)
+    assert complete and len(_rows(path)) == len(rows)
+
+
 def test_gates_length_limit_and_slow_oracle() -> None:
     cfg = Config(B=2, N=2048, M=2048, D=1)
     status, note, _ = run.gate(IMPLS["maghoumi"], cfg, FORWARD_BACKWARD, "cuda")

@@ -75,6 +75,16 @@ _warned = False
 #: torch's raw current-stream query (one C call), where this torch has it.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
+
+def _cuda_autocast() -> bool:
+    """Whether CUDA autocast is on (``torch.is_autocast_enabled`` took no device before torch
+    2.4; without one it asks about CUDA)."""
+    try:
+        return torch.is_autocast_enabled("cuda")
+    except TypeError:  # pragma: no cover - torch < 2.4
+        return torch.is_autocast_enabled()
+
+
 #: ``compute(x, y) -> (values, grad_x, grad_y)`` on the kernels' inputs (static during a
 #: capture); the gradients are None where not asked for.
 Compute = Callable[[torch.Tensor, torch.Tensor], tuple]
@@ -159,7 +169,7 @@ def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
     stream = (
         _raw_stream(dev) if _raw_stream is not None else torch.cuda.current_stream(dev).cuda_stream
     )
-    auto = torch.is_autocast_enabled("cuda")
+    auto = _cuda_autocast()
     return (x.shape, y.shape, x.dtype, y.dtype, dev, stream, params, auto, _launch().FORCE_BUSY)
 
 
