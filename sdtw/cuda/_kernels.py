@@ -1548,9 +1548,15 @@ def _build_park(f32: bool, cost: bool = False):
     NST = PS * LD  # one operand's staging (rows' features; the columns' follow)
     NS2 = 2 * NST
     LOADS = PS * PK // PARK_THREADS  # staged values per thread per operand and pass
+    RPR = PARK_THREADS // PK  # rows staged per round of one load per thread
+    NPART = 8 * PARK_THREADS  # eight norm shares per thread (see kstep)
     RND = 16 if f32 else 8  # of them in flight per round (float64: registers)
     KSH = PK.bit_length() - 1  # log2(PK)
     SDT = float32 if f32 else float64
+
+    # Shared-memory offsets are kept unsigned 32-bit (``u32``): Numba's 64-bit integer
+    # expressions put 64-bit adds, shifts and compares into every fragment load otherwise
+    # (ptxas 13.0 sm_90: ~45 integer instructions per 8 mma in the k loop).
 
     @_device
     def afrag(S, base):
@@ -1558,15 +1564,15 @@ def _build_park(f32: bool, cost: bool = False):
         from ``base`` = its row g, feature t), as float64."""
         return (
             float64(S[base]),
-            float64(S[base + uint32(8 * LD)]),
-            float64(S[base + uint32(4)]),
-            float64(S[base + uint32(8 * LD + 4)]),
+            float64(S[base + 8 * LD]),
+            float64(S[base + 4]),
+            float64(S[base + (8 * LD + 4)]),
         )
 
     @_device
     def bfrag(S, base):
         """A lane's B fragment of an 8-column tile (column g, features ``t, t + 4``)."""
-        return float64(S[base]), float64(S[base + uint32(4)])
+        return float64(S[base]), float64(S[base + 4])
 
     @_device
     def mma_gpu(S, a, b, fa, fb, lane, c):
@@ -1598,21 +1604,30 @@ def _build_park(f32: bool, cost: bool = False):
     mma = mma_sim if SIMULATED else mma_gpu
 
     @_device
-    def kstep(S, acc, fa, fb, lane):
+    def kstep(S, acc, nq, fa, fb, lane):
         """Features ``kb .. kb + 7`` (the lane's fragments at ``S[fa]``, ``S[fb]``) into the
-        accumulators of the warp's 2 x 4 tiles of 16 x 8."""
+        accumulators of the warp's 2 x 4 tiles of 16 x 8, and the squares of the lane's
+        fragment values into ``nq``: features ``t, t + 4`` of rows ``g + 8 m`` (``nq[m]``)
+        and of columns ``g + 8 c`` (``nq[4 + c]``), the lane's share of their norms."""
         a0 = afrag(S, fa)
-        a1 = afrag(S, fa + uint32(16 * LD))
+        a1 = afrag(S, fa + 16 * LD)
+        for m in range(2):  # (one fused multiply-add per square)
+            nq[m] += a0[m] * a0[m]
+            nq[m] += a0[m + 2] * a0[m + 2]
+            nq[m + 2] += a1[m] * a1[m]
+            nq[m + 2] += a1[m + 2] * a1[m + 2]
         for c in range(4):
-            bv = bfrag(S, fb + uint32(8 * LD * c))
+            bv = bfrag(S, fb + 8 * LD * c)
+            nq[4 + c] += bv[0] * bv[0]
+            nq[4 + c] += bv[1] * bv[1]
             for a in range(2):
                 c_in = (acc[a, c, 0], acc[a, c, 1], acc[a, c, 2], acc[a, c, 3])
                 r = mma(
                     S,
                     a0 if a == 0 else a1,
                     bv,
-                    fa + uint32(16 * LD * a),
-                    fb + uint32(8 * LD * c),
+                    u32(fa + 16 * LD * a),
+                    u32(fb + 8 * LD * c),
                     lane,
                     c_in,
                 )
@@ -1625,29 +1640,37 @@ def _build_park(f32: bool, cost: bool = False):
         ``S[NST + r LD + k]`` (zero past the rows or D): rounds of RND loads of each in flight."""
         Xb = band_view(X, xbase)
         Yb = band_view(Y, ybase)
+        # thread t stages feature k = t % PK of rows t // PK + RPR q (q = 0 .. LOADS - 1)
+        k = t & uint32(PK - 1)
+        r0 = t >> uint32(KSH)
+        kin = d0 + k < D
+        src = u32(r0 * D + d0 + k)
+        step = u32(RPR * D)
+        dst = u32(r0 * LD + k)
         for g in range(LOADS // RND):
             vx = cuda.local.array(RND, SDT)
             vy = cuda.local.array(RND, SDT)
             for u in range(RND):
-                idx = t + uint32(PARK_THREADS * (RND * g + u))
-                r = idx >> uint32(KSH)
-                k = idx & uint32(PK - 1)
                 vx[u] = 0
                 vy[u] = 0
-                if d0 + k < D:
+            if kin:  # (one branch per round, the loads predicated)
+                for u in range(RND):
+                    q = RND * g + u
+                    r = u32(r0 + RPR * q)
+                    at = u32(src + q * step)
                     if r < rows:
-                        vx[u] = Xb[u32(r * D + d0 + k)]
+                        vx[u] = Xb[at]
                     if r < cols:
-                        vy[u] = Yb[u32(r * D + d0 + k)]
+                        vy[u] = Yb[at]
             for u in range(RND):
-                idx = t + uint32(PARK_THREADS * (RND * g + u))
-                at = (idx >> uint32(KSH)) * uint32(LD) + (idx & uint32(PK - 1))
+                at = u32(dst + (RND * g + u) * (RPR * LD))
                 S[at] = vx[u]
-                S[uint32(NST) + at] = vy[u]
+                S[u32(NST + at)] = vy[u]
 
     @_device
     def pair(V, col, w0, w1, rok, j, M, even):
-        """``V[col], V[col + 1] = w0, w1`` for cells (row, j), (row, j + 1) where they exist:
+        """``V[col], V[col + 1] = w0, w1`` for cells (row, j), (row, j + 1) where they exist
+        (``j < M``; the park passes the tile's column and its column count, 32-bit compares):
         one vector store for even M, two scalar ones for odd M."""
         if even:
             st2_if(V, col, w0, w1, rok and j < M)
@@ -1693,6 +1716,7 @@ def _build_park(f32: bool, cost: bool = False):
         cw = (w & 1) * uint32(32)
         S = cuda.shared.array(NS2, SDT)  # rows' features [r LD + k], columns' at NST + ...
         nrm = cuda.shared.array(PARK_THREADS, float64)  # rows' |x|^2, then columns' |y|^2
+        part = cuda.shared.array(NPART, float64)  # lanes' norm shares, [e T + t]
         acc = cuda.local.array((2, 4, 4), float64)  # (row tile, column tile, lane's four)
         for a in range(2):
             for c in range(4):
@@ -1700,15 +1724,12 @@ def _build_park(f32: bool, cost: bool = False):
                     acc[a, c, e] = 0.0
         # the lane's fragments: A row rw + lane // 4 (+ 16 a, + 8), B column cw + lane // 4
         # (+ 8 c), features lane % 4 (+ 4) from kb
-        fa0 = (rw + (lane >> 2)) * uint32(LD) + (lane & uint32(3))
-        fb0 = fa0 - rw * uint32(LD) + cw * uint32(LD) + uint32(NST)
-        # norms: thread t sums row t % PS of operand t // PS (a rotated feature order: the
-        # lanes' reads fall in distinct banks)
-        nrow = t & uint32(PS - 1)
-        nb = (t >> 6) * uint32(NST) + nrow * uint32(LD)
-        sq = cuda.local.array(4, float64)
-        for e in range(4):
-            sq[e] = 0.0
+        fa0 = u32((rw + (lane >> 2)) * LD + (lane & uint32(3)))
+        fb0 = u32((cw + (lane >> 2)) * LD + (lane & uint32(3)) + NST)
+        # the norms come from the fragments' squares (kstep): no pass of their own over S
+        nq = cuda.local.array(8, float64)
+        for e in range(8):
+            nq[e] = 0.0
         xbase = (b * N + i0) * D
         ybase = (b * M + j0) * D
         for d0 in range(0, D, PK):
@@ -1717,18 +1738,25 @@ def _build_park(f32: bool, cost: bool = False):
                 cuda.syncthreads()  # every thread is done with the previous pass
             stage(S, X, Y, xbase, ybase, rows, cols, Du, du, t)
             cuda.syncthreads()
-            for k in range(0, PK, 4):  # four chains of sums
-                for e in range(4):
-                    v = float64(S[nb + ((uint32(k + e) + nrow) & uint32(PK - 1))])
-                    sq[e] += v * v
             kend = min(PK, D - d0)
             if kend == PK:  # a full pass
                 for kb in range(0, PK, 8):
-                    kstep(S, acc, fa0 + uint32(kb), fb0 + uint32(kb), lane)
+                    kstep(S, acc, nq, u32(fa0 + kb), u32(fb0 + kb), lane)
             else:
                 for kb in range(0, kend, 8):
-                    kstep(S, acc, fa0 + u32(kb), fb0 + u32(kb), lane)
-        nrm[t] = (sq[0] + sq[1]) + (sq[2] + sq[3])
+                    kstep(S, acc, nq, u32(fa0 + kb), u32(fb0 + kb), lane)
+        # Norm of row t (t < PS) or column t - PS: the four lanes t' = 0 .. 3 of group g of
+        # warp 2 (r // 32) (rows; warp 2 (r // 32) + 1 has the same) or c // 32 (columns)
+        # hold a share each, in nq[(r % 32) // 8] or nq[4 + (c % 32) // 8].
+        for e in range(8):
+            part[u32(e * PARK_THREADS + t)] = nq[e]
+        cuda.syncthreads()
+        o = t & uint32(PS - 1)
+        isc = t >> uint32(6)  # 0: a row, 1: a column
+        src_w = (o >> uint32(5)) << (uint32(1) - isc)  # rows: warp 2 (o // 32); cols: o // 32
+        src_e = ((o & uint32(31)) >> uint32(3)) + uint32(4) * isc
+        src_l = u32(src_e * PARK_THREADS + src_w * 32 + (o & uint32(7)) * 4)
+        nrm[t] = (part[src_l] + part[src_l + 1]) + (part[src_l + 2] + part[src_l + 3])
         cuda.syncthreads()
         # the lane's cells: rows rw + lane // 4 + 8 m, columns cw + 2 (lane % 4) + 8 c (+ e)
         ra = rw + (lane >> 2)
@@ -1750,7 +1778,7 @@ def _build_park(f32: bool, cost: bool = False):
                 # clamped at 0, NaN kept (a NaN input gives a NaN loss)
                 v0 = 0.0 if v0 < 0.0 else v0
                 v1 = 0.0 if v1 < 0.0 else v1
-                put(Pv, Pw, col, v0, v1, rok, j0 + col, M, even)
+                put(Pv, Pw, col, v0, v1, rok, col, cols, even)
 
     return park
 
