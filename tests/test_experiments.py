@@ -386,3 +386,47 @@ def test_unavailable_peer_is_left_out_with_a_note() -> None:
         IMPLS["tslearn"] = saved
     assert "tslearn" not in chosen
     assert any("tslearn: not installed here" in n for n in notes)
+
+
+def test_sass_analysis_counts_loops() -> None:
+    """``experiments.sass.analyse`` on a hand-written SASS fragment: opcodes counted, the
+    body of a label a later branch returns to is a loop, a forward branch is not."""
+    from experiments import sass
+
+    text = """
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_1:
+        /*0010*/                   LDS R2, [R0] ;
+        /*0020*/               @P0 DMMA.16x8x8 R8, R2, R4, R8 ;
+        /*0030*/                   IADD3 R0, R0, 0x4, RZ ;
+        /*0040*/               @P1 BRA `(.L_x_1) ;
+        /*0050*/                   BRA `(.L_x_2) ;
+.L_x_2:
+        /*0060*/                   EXIT ;
+"""
+    total, loops = sass.analyse(text)
+    assert total == {"S2R": 1, "LDS": 1, "DMMA": 1, "IADD3": 1, "BRA": 2, "EXIT": 1}
+    assert [(label, dict(body)) for label, body in loops] == [
+        (".L_x_1", {"LDS": 1, "DMMA": 1, "IADD3": 1, "BRA": 1})
+    ]
+
+
+@pytest.mark.skipif(
+    bool(__import__("experiments.sass").sass.missing_tools()),
+    reason="needs libNVVM, ptxas and nvdisasm (a CUDA toolkit or the nvidia pip wheels)",
+)
+def test_sass_of_the_park_kernel() -> None:
+    """The offline SASS tool compiles the float32 park kernel without a GPU: no spills, and
+    its k loop holds the 8 float64 mma of a k step."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    res = subprocess.run(
+        [sys.executable, "-m", "experiments.sass", "park32"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "0 bytes spill stores" in res.stdout
+    assert any(ln.strip().startswith("loop") and "DMMA 8" in ln for ln in res.stdout.splitlines())

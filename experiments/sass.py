@@ -1,0 +1,213 @@
+"""Offline SASS of the CUDA kernels, on a machine without a GPU: what each instruction class
+costs per kernel and per loop body.
+
+Usage
+-----
+::
+
+    python -m experiments.sass [KERNEL ...] [--cc 90] [--max-regs N] [--out DIR] [--list]
+
+Numba compiles the kernel's PTX for compute capability ``--cc`` on the CPU (its NVVM needs no
+driver), ``ptxas`` assembles it (``-v``: registers, spills, shared memory) and ``nvdisasm``
+disassembles the cubin.  Printed per kernel: ptxas' resource line, the static instruction
+count by opcode, and for each loop (a label that a later branch jumps back to) its body's
+opcodes, the part a kernel's time is made of.  ``--out`` keeps the PTX and SASS.
+
+This is how the park kernel's k loop was found to spend ~45 of its ~100 instructions per 8
+mma on 64-bit index arithmetic (``probe-dev.txt``, before run 59).  Static counts are not
+dynamic ones: a loop body runs as often as its trip count, the rest once per block.  Numba's
+``launch_bounds`` are not in the PTX; ``--max-regs`` (default: the kernel's bound, 128 for the
+float32 park) stands in for them.
+
+Needs numba-cuda with libNVVM, ``ptxas`` and ``nvdisasm`` (on ``PATH``, in
+``$CUDA_HOME/bin``, or in the ``nvidia-cuda-*`` pip wheels' ``bin``); says which is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+#: Kernel name -> (its dispatcher in sdtw.cuda._kernels, its argument types, ptxas register
+#: cap: the kernel's launch bound, which Numba does not put in the PTX)
+KERNELS = {
+    "park32": ("PARK32", "f4[::1], f4[::1], f4[::1], i8, i8, i8", 128),
+    "park64": ("PARK", "f8[::1], f8[::1], f8[::1], i8, i8, i8", None),
+    "cost-park32": ("COST_PARK", "f4[::1], f4[::1], f4[::1], i8, i8, i8", 128),
+    "forward-hilo": (
+        "FORWARD",
+        "f4[::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
+        None,
+    ),
+    "forward-cost32": (
+        "FORWARD",
+        "f4[::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
+        None,
+    ),
+    "backward32": ("BACKWARD", "f4[::1], i8, i8, f4[::1], i8[::1], f4[:, ::1]", None),
+}
+#: The key of the kernels stored in a dict (float32, the busy variant: what a GPU runs).
+_KEYS = {
+    "cost-park32": True,
+    "forward-hilo": ("hilo", True, True),
+    "forward-cost32": ("cost", True, True),
+    "backward32": (True, True),
+}
+
+_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
+_LABEL = re.compile(r"^(\.L_x_\d+):")
+_BRANCH = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
+
+
+def find_tool(name: str) -> str | None:
+    """``ptxas``/``nvdisasm`` on PATH, in ``$CUDA_HOME/bin``, or in an nvidia pip wheel."""
+    found = shutil.which(name)
+    if found:
+        return found
+    roots = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")]
+    try:
+        import nvidia
+
+        roots += [str(Path(p) / sub) for p in nvidia.__path__ for sub in ("cu13", "cu12", "")]
+    except ImportError:
+        pass
+    for root in filter(None, roots):
+        for cand in Path(root).glob(f"**/bin/{name}"):
+            if os.access(cand, os.X_OK):
+                return str(cand)
+    return None
+
+
+def missing_tools() -> list[str]:
+    """What of libNVVM (numba-cuda's), ``ptxas`` and ``nvdisasm`` this machine lacks."""
+    missing = [name for name in ("ptxas", "nvdisasm") if find_tool(name) is None]
+    try:
+        from numba.cuda.cudadrv import nvvm
+
+        nvvm.NVVM()
+    except Exception:  # not installed, or no libNVVM found
+        missing.insert(0, "libNVVM")
+    return missing
+
+
+def _fake_device(cc: tuple[int, int]) -> None:
+    """Device functions ask the current device for its compute capability when compiled;
+    on a machine without a GPU, answer ``cc`` (compilation only: nothing is launched)."""
+    import numba.cuda.dispatcher as dispatcher
+
+    class _Device:
+        compute_capability = cc
+
+    dispatcher.get_current_device = lambda: _Device()
+
+
+def ptx_of(kernel: str, cc: tuple[int, int]) -> str:
+    """The PTX of one of :data:`KERNELS` for ``cc``."""
+    from numba import cuda
+    from numba.core import sigutils
+
+    from sdtw.cuda import _kernels as K
+
+    name, args, _ = KERNELS[kernel]
+    dispatcher = getattr(K, name)
+    if kernel in _KEYS:
+        dispatcher = dispatcher[_KEYS[kernel]]
+    sig = sigutils.normalize_signature(f"void({args})")[0]
+    ptx, _ = cuda.compile_ptx(dispatcher.py_func, sig, cc=cc)
+    return ptx
+
+
+def analyse(sass: str) -> tuple[collections.Counter, list[tuple[str, collections.Counter]]]:
+    """Opcode counts of the whole SASS, and of each loop body (label .. its last back
+    branch), in the order they appear."""
+    lines = sass.splitlines()
+    total: collections.Counter = collections.Counter()
+    where: dict[str, int] = {}
+    ops: list[str | None] = []
+    for i, line in enumerate(lines):
+        m = _LABEL.match(line.strip())
+        if m:
+            where[m.group(1)] = i
+        m = _INSTR.search(line)
+        op = m.group(1) if m else None
+        ops.append(op)
+        if op:
+            total[op] += 1
+    loops: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        m = _BRANCH.search(line)
+        if m and m.group(1) in where and where[m.group(1)] < i:
+            loops[m.group(1)] = max(loops.get(m.group(1), 0), i)
+    bodies = []
+    for label, end in sorted(loops.items(), key=lambda kv: where[kv[0]]):
+        body = collections.Counter(op for op in ops[where[label] : end + 1] if op)
+        bodies.append((label, body))
+    return total, bodies
+
+
+def _fmt(counts: collections.Counter, top: int = 14) -> str:
+    return ", ".join(f"{op} {n}" for op, n in counts.most_common(top))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.sass", description=__doc__)
+    parser.add_argument("kernels", nargs="*", default=["park32"], metavar="KERNEL")
+    parser.add_argument("--cc", default="90", help="compute capability, e.g. 90 (default)")
+    parser.add_argument("--max-regs", type=int, default=None, help="ptxas --maxrregcount")
+    parser.add_argument("--out", type=Path, default=None, help="keep the PTX and SASS here")
+    parser.add_argument("--list", action="store_true", help="list the kernels and exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        for name, (attr, sig, _) in KERNELS.items():
+            key = f"[{_KEYS[name]!r}]" if name in _KEYS else ""
+            print(f"{name:16s} {attr}{key}({sig})")
+        return 0
+    unknown = [k for k in args.kernels if k not in KERNELS]
+    if unknown:
+        parser.error(f"unknown kernel(s) {unknown}; choose from {sorted(KERNELS)}")
+    missing = missing_tools()
+    if missing:
+        print(f"sass: {', '.join(missing)} not found (PATH, CUDA_HOME/bin, nvidia wheels)")
+        return 2
+    tools = {name: find_tool(name) for name in ("ptxas", "nvdisasm")}
+    if not re.fullmatch(r"\d\d+", args.cc):
+        parser.error(f"--cc must look like 90, got {args.cc!r}")
+    cc = (int(args.cc[:-1]), int(args.cc[-1]))
+    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+    _fake_device(cc)
+    out = args.out or Path(tempfile.mkdtemp(prefix="sdtw-sass-"))
+    out.mkdir(parents=True, exist_ok=True)
+    for kernel in args.kernels:
+        ptx_path, cubin, sass_path = (out / f"{kernel}.{ext}" for ext in ("ptx", "cubin", "sass"))
+        ptx_path.write_text(ptx_of(kernel, cc))
+        regs = args.max_regs if args.max_regs is not None else KERNELS[kernel][2]
+        cmd = [tools["ptxas"], f"-arch=sm_{args.cc}", "-O3", "-v", str(ptx_path), "-o", str(cubin)]
+        if regs:
+            cmd[1:1] = ["--maxrregcount", str(regs)]
+        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        info = [ln.strip() for ln in res.stderr.splitlines() if "spill" in ln or "Used" in ln]
+        sass = subprocess.run(
+            [tools["nvdisasm"], str(cubin)], capture_output=True, text=True, check=True
+        ).stdout
+        sass_path.write_text(sass)
+        total, bodies = analyse(sass)
+        print(f"== {kernel} (sm_{args.cc}{f', --maxrregcount {regs}' if regs else ''})")
+        for line in info:
+            print(f"   {line.replace('ptxas info    : ', '')}")
+        print(f"   {sum(total.values())} static instructions: {_fmt(total)}")
+        for label, body in bodies:
+            print(f"   loop {label}: {sum(body.values())} instructions: {_fmt(body, 10)}")
+    if args.out is None:
+        shutil.rmtree(out, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
