@@ -834,3 +834,21 @@ def test_library_graphs_off_the_gpu():
     with pytest.raises(ValueError, match="max_cells must be a positive int"):
         sdtw.cuda.set_graphs(True, max_cells=0)
     assert sdtw.cuda.graphs_enabled() == (os.environ.get("SDTW_CUDA_GRAPHS", "1") != "0")
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_library_graph_inference_mode_is_its_own_key(rng, lib_graphs):
+    """Calls under ``torch.inference_mode()`` and plain no-grad calls of the same shapes get
+    separate graphs (a graph captured in inference mode has inference tensors, which a call
+    outside it could not copy into), and both match eager calls."""
+    x, y = (randn(rng, 3, n, 4, device="cuda").float() for n in (30, 41))
+    with lib_graphs.eager(), torch.no_grad():
+        expected = sdtw.softdtw(x, y, gamma=0.1)
+    for _ in range(3):
+        with torch.inference_mode():
+            a = sdtw.softdtw(x, y, gamma=0.1)
+        with torch.no_grad():
+            b = sdtw.softdtw(x, y, gamma=0.1)
+    assert lib_graphs.graph_count() == 2
+    assert rel_err(a, expected) <= 1e-6 and rel_err(b, expected) <= 1e-6

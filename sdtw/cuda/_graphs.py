@@ -11,9 +11,9 @@ about six torch calls of host time.
 
 The key is everything the captured work depends on: the shapes and dtypes of x and y, their
 device and torch's current stream there, gamma, the band, fused or not, which gradients are
-needed, autocast on or off, and the kernels' handoff variant.  Outputs are cloned, so two
-calls with the same key before a backward keep their own gradients.  Results are those of the
-same kernels run eagerly.
+needed, autocast and inference mode on or off, and the kernels' handoff variant.  Outputs are
+cloned, so two calls with the same key before a backward keep their own gradients.  Results
+are those of the same kernels run eagerly.
 
 What is kept: each graph holds its own memory pool, the call's peak (the weights buffer, 8 N M
 bytes per pair for float32 inputs, the boundary rows and the gradients), between calls.  So only
@@ -169,8 +169,9 @@ def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
     stream = (
         _raw_stream(dev) if _raw_stream is not None else torch.cuda.current_stream(dev).cuda_stream
     )
-    auto = _cuda_autocast()
-    return (x.shape, y.shape, x.dtype, y.dtype, dev, stream, params, auto, _launch().FORCE_BUSY)
+    # autocast, and inference mode (whose static tensors a call outside it could not write)
+    modes = (_cuda_autocast(), torch.is_inference_mode_enabled(), _launch().FORCE_BUSY)
+    return (x.shape, y.shape, x.dtype, y.dtype, dev, stream, params, modes)
 
 
 def call(
@@ -183,11 +184,13 @@ def call(
     key = _key(x, y, params)
     if key is None:
         return None
-    g = _graphs.get(key, False)
+    with _lock:  # (another thread may be dropping it)
+        g = _graphs.get(key, False)
+        if g is not None and g is not False:
+            _graphs.move_to_end(key)
     if g is None:  # capture failed before
         return None
     if g is not False:
-        _graphs.move_to_end(key)
         return g.run(x, y)
     n = _seen.get(key, 0) + 1
     if n <= CAPTURE_AFTER:
