@@ -497,28 +497,17 @@ def _timed(
 
 
 def _back_to_back(step: Callable[[], object], device: str, n: int) -> float:
-    """Milliseconds per step of ``n`` steps run back to back: one CUDA-event (or
-    ``perf_counter``) interval around all of them, no synchronisation in between, so the
-    host queues a step while the GPU runs the one before, as in a training loop that does
-    not read a value back each step.  The step time is then the larger of its host and its
-    GPU time, where a synchronised step (:func:`_time_ms`) pays both the host's head start
-    and the GPU's work."""
-    if device == "cuda":
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
+    """Milliseconds per step of ``n`` steps run back to back: one :func:`_time_ms` interval
+    around all of them, no synchronisation in between, so the host queues a step while the
+    GPU runs the one before, as in a training loop that does not read a value back each
+    step.  The step time is then the larger of its host and its GPU time, where a
+    synchronised step pays both the host's head start and the GPU's work."""
+
+    def steps() -> None:
         for _ in range(n):
-            out = step()
-            del out
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / n
-    t0 = time.perf_counter()
-    for _ in range(n):
-        out = step()
-        del out
-    return 1e3 * (time.perf_counter() - t0) / n
+            step()  # (outputs dropped as they come, as one timed step's are)
+
+    return _time_ms(steps, device) / n
 
 
 def measure(

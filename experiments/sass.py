@@ -75,7 +75,7 @@ def find_tool(name: str) -> str | None:
     try:
         import nvidia
 
-        roots += [str(Path(p) / sub) for p in nvidia.__path__ for sub in ("cu13", "cu12", "")]
+        roots += list(nvidia.__path__)  # (its cu13/, cu12/... wheels' bin/ are found below)
     except ImportError:
         pass
     for root in filter(None, roots):
