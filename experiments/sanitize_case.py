@@ -1,11 +1,15 @@
 """Small fused and unfused steps, and fused forwards without gradients, for compute-sanitizer
 (memcheck, racecheck): every kernel (park, the four forward modes, backward), in both the
-*quiet* and the *busy* variant (``sdtw.cuda._launch.busy``).
+*quiet* and the *busy* variant (``sdtw.cuda._launch.busy``), the forward with and without its
+mover warp (``sdtw.cuda._launch.mover``).
 
-``compute-sanitizer --tool memcheck python3 -m experiments.sanitize_case``
+``compute-sanitizer --tool memcheck python3 -m experiments.sanitize_case [mover]``
+(``mover``: only the mover variants).
 """
 
 from __future__ import annotations
+
+import sys
 
 import torch
 
@@ -14,8 +18,11 @@ from sdtw.cuda import _launch
 
 
 def main() -> None:
-    for force in (False, True):
-        _launch.FORCE_BUSY = force
+    only_mover = sys.argv[1:] == ["mover"]
+    for force, two in ((False, False), (True, False), (False, True), (True, True)):
+        if only_mover and not two:
+            continue
+        _launch.FORCE_BUSY, _launch.FORCE_MOVER = force, two
         # the park for both (float32: hilo forward; float64: split; D = 20: two passes)
         for fused, D, dtype in (
             (True, 5, torch.float32),
@@ -28,7 +35,7 @@ def main() -> None:
             loss.sum().backward()
             with torch.no_grad():
                 sdtw.softdtw(x, y, gamma=0.1, fused=fused, bandwidth=30, backend="cuda")
-    _launch.FORCE_BUSY = None
+    _launch.FORCE_BUSY = _launch.FORCE_MOVER = None
     torch.cuda.synchronize()
     print("sanitizer case ok")
 

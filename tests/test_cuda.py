@@ -400,8 +400,73 @@ def test_gpu_float32_accuracy_paper_case(rng, gamma, fused):
         (2, 64, 64, 130, 1e-4, None, False, torch.float32),
     ],
 )
-def test_gpu_matches_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused):
+@pytest.mark.parametrize("mover", [False, True])
+def test_gpu_matches_reference(
+    monkeypatch, rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, mover
+):
+    """Both forward variants (one warp per band; two, with the mover warp) at every case."""
+    from sdtw.cuda import _launch
+
+    monkeypatch.setattr(_launch, "FORCE_MOVER", mover)
     _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, "cuda")
+
+
+def test_mover_rule(monkeypatch):
+    """The forward takes the mover variant for the fused float32 forward with gradients at up
+    to four blocks per SM, never for the fused no-gradient forward nor under the simulator;
+    FORCE_MOVER overrides the rule elsewhere.  (SM count and simulator flag faked here.)"""
+    from sdtw.cuda import _kernels as K
+    from sdtw.cuda import _launch
+
+    dev = torch.device("cuda", 0)
+    monkeypatch.setattr(_launch, "_sm_counts", {0: 132})
+    monkeypatch.setattr(_launch, "FORCE_MOVER", None)
+    monkeypatch.setattr(K, "SIMULATED", False)
+    assert _launch.mover(K.HILO, 512, dev) and _launch.mover(K.HILO, 528, dev)
+    assert not _launch.mover(K.HILO, 529, dev)
+    for mode in (K.COST, K.SPLIT, K.FUSED):
+        assert not _launch.mover(mode, 16, dev)
+    monkeypatch.setattr(_launch, "FORCE_MOVER", True)
+    assert _launch.mover(K.COST, 10**6, dev) and not _launch.mover(K.FUSED, 16, dev)
+    monkeypatch.setattr(_launch, "FORCE_MOVER", False)
+    assert not _launch.mover(K.HILO, 16, dev)
+    monkeypatch.setattr(_launch, "FORCE_MOVER", True)
+    monkeypatch.setattr(K, "SIMULATED", True)
+    assert not _launch.mover(K.HILO, 16, dev)
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("busy", [False, True])
+def test_gpu_mover_matches_one_warp(monkeypatch, rng, dtype, busy):
+    """The two-warp forward (the mover stages costs and writes weights) gives the same
+    values, weights and gradients as the one-warp one, bit for bit (the same steps on the
+    same costs), from a cost tensor with and without gradients and fused, busy and quiet,
+    at lengths around the chunk and row-group boundaries."""
+    from sdtw.cuda import _launch
+
+    monkeypatch.setattr(_launch, "FORCE_BUSY", busy)
+    for N, M in ((1, 1), (8, 9), (33, 31), (70, 97), (95, 160)):
+        cost = torch.rand(3, N, M, dtype=dtype, device="cuda")
+        x = randn(rng, 2, N, 5, dtype=dtype, device="cuda")
+        y = randn(rng, 2, M, 5, dtype=dtype, device="cuda")
+        go = randn(rng, 3, dtype=dtype, device="cuda")
+        got = []
+        for mover in (False, True):
+            monkeypatch.setattr(_launch, "FORCE_MOVER", mover)
+            c = cost.clone().requires_grad_()
+            v = sdtw.softdtw_from_cost(c, gamma=0.1, backend="cuda")
+            (gc,) = torch.autograd.grad(v, c, go)
+            with torch.no_grad():
+                v0 = sdtw.softdtw_from_cost(cost, gamma=0.1, backend="cuda")
+            xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+            vf = sdtw.softdtw(xs, ys, gamma=0.1, backend="cuda", fused=True)
+            gf = torch.autograd.grad(vf, (xs, ys), go[:2])
+            got.append((v, gc, v0, vf, *gf))
+        names = ("value", "grad", "no-grad value", "fused", "gx", "gy")
+        for name, a, b in zip(names, *got, strict=True):
+            assert torch.equal(a, b), (N, M, name)
 
 
 @requires_gpu

@@ -11,7 +11,7 @@ about six torch calls of host time.
 
 The key is everything the captured work depends on: the shapes and dtypes of x and y, their
 device and torch's current stream there, gamma, the band, fused or not, which gradients are
-needed, autocast and inference mode on or off, and the kernels' handoff variant.  Outputs are
+needed, autocast and inference mode on or off, and the kernels' forced variants.  Outputs are
 cloned, so two calls with the same key before a backward keep their own gradients.  Results
 are those of the same kernels run eagerly.
 
@@ -170,7 +170,8 @@ def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
         _raw_stream(dev) if _raw_stream is not None else torch.cuda.current_stream(dev).cuda_stream
     )
     # autocast, and inference mode (whose static tensors a call outside it could not write)
-    modes = (_cuda_autocast(), torch.is_inference_mode_enabled(), _launch().FORCE_BUSY)
+    L = _launch()
+    modes = (_cuda_autocast(), torch.is_inference_mode_enabled(), L.FORCE_BUSY, L.FORCE_MOVER)
     return (x.shape, y.shape, x.dtype, y.dtype, dev, stream, params, modes)
 
 

@@ -45,6 +45,12 @@ it: no deadlock whatever order the hardware schedules blocks in, and the CUDA si
 (which runs blocks one at a time) works too.  One launch does the whole forward (two
 when fused with gradients), one the whole backward: launches per step are O(1), not O(N + M).
 
+The fused forward with gradients from float32 inputs, at up to four blocks per SM, gives each
+band a second warp, the *mover*, that stages the costs and writes the weights out while the
+band's warp runs only the steps (see ``mover`` in :func:`_build_forward` and
+:func:`sdtw.cuda._launch.mover`): between the chunks' steps those took about 40% of the
+one-warp forward's time at B = 32, N = 512 (``probe-dev.txt``, run 63).
+
 Accuracy
 --------
 The backward never forms ``(R[i+1, j] - R[i, j] - C[i+1, j]) / gamma`` (the published form,
@@ -339,6 +345,33 @@ def _ld_relaxed_sim(arr, idx):
 
 
 _ld_relaxed = _ld_relaxed_sim if SIMULATED else _ld_relaxed_intrinsic()
+
+
+def _bar_pair_intrinsic():
+    """``bar.sync 1, 64``: a barrier of the block's first two warps only (the band's steps
+    and its mover; the third has left), ordering their shared-memory accesses like a block
+    barrier (a ``memory`` clobber: no access moves across it)."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def bar_pair(typingctx):
+        def codegen(context, builder, signature, args):
+            fty = ir.FunctionType(ir.VoidType(), [])
+            builder.asm(fty, f"bar.sync 1, {2 * TB};", "~{memory}", [], True)
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    return bar_pair
+
+
+def _bar_pair_sim():
+    raise NotImplementedError("the two-warp forward does not run in the simulator")
+
+
+_bar_pair = _bar_pair_sim if SIMULATED else _bar_pair_intrinsic()
 
 
 def _st_if_intrinsic():
@@ -894,8 +927,9 @@ def _put16(sh, dd, rh, v, first, lim, d_ok):
 COST, FUSED, SPLIT, HILO = "cost", "fused", "split", "hilo"
 
 
-def _build_forward(mode: str, fast: bool, busy: bool):
-    """Forward kernel; ``mode``, ``fast`` and ``busy`` are compile-time constants (closure).
+def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
+    """Forward kernel; ``mode``, ``fast``, ``busy`` and ``mover`` are compile-time constants
+    (closure).
 
     ``mode``:
 
@@ -920,8 +954,29 @@ def _build_forward(mode: str, fast: bool, busy: bool):
     ``fast`` selects float32 transcendentals (:func:`_softmin3_fast`), used for float32
     inputs; float64 inputs get float64 throughout.  ``busy`` selects the boundary-row style
     of a launch with a block or more per SM scheduler (see :func:`_build_handoff`).
+
+    ``mover`` (not for ``"fused"``, not under the simulator): blocks of three warps,
+    launched with ``3 TB`` threads.  Warp 0 runs the band's steps as above; warp 1, the
+    *mover*, does the staging of the costs and the write-out of the weights, which the
+    one-warp kernel does between its chunks' steps, so that those instructions no longer sit
+    on the steps' warp; warp 2 leaves at once.  (It is there for the warp schedulers: with
+    blocks of two warps, four blocks on an SM put their step warps on two of its four
+    schedulers, two on each, if warps go to schedulers by their slot modulo 4; with three,
+    on four.  The H200 measurements agree with that but do not prove it: see
+    :func:`sdtw.cuda._launch.mover`.)  The steps' warp and the mover meet at a barrier of
+    their own (``bar.sync 1, 64``) after every group of ``G`` steps.  In the time of group
+    ``g`` the mover takes *item* ``g``: row group ``q = (g + 3) % 4`` (rows ``8 q .. 8 q +
+    7``) of column chunk ``cc = (g + 3) // 4``.  It writes the weights of that row group's
+    column chunk ``cc - 2`` out (their last step was in group ``g - 1``), stores the costs of
+    column chunk ``cc`` into the same ring slots (loaded two items earlier), and issues the
+    loads for item ``g + 2``.  Column chunk ``cc``'s row group ``q`` is first read in group
+    ``4 cc + q = g + 3``.  In group ``g`` the steps of that row group touch only column chunk
+    ``cc - 1``'s slots, so the ring needs no more than its two chunks and the shared memory
+    is the one-warp kernel's.  After the last group the mover writes out what is left.  The
+    results are the one-warp kernel's, bit for bit (the same steps on the same costs).
     """
     assert not (mode == SPLIT and fast) and not (mode == HILO and not fast)
+    assert not (mover and (mode == FUSED or SIMULATED))
     fused = mode == FUSED
     split = mode == SPLIT
     hilo = mode == HILO
@@ -1017,6 +1072,35 @@ def _build_forward(mode: str, fast: bool, busy: bool):
                 write8(w0, w1, blk, wup, jp, M, nr1, 24)
 
     @_device
+    def load8(Xb, Xlo, jn, Mu, nr1, r0):
+        """The mover's loads of one item: rows ``r0 .. r0 + 7`` (clamped to ``nr1``) of
+        column ``jn`` of the source (the two words' planes when ``hilo``)."""
+        hi = _ld8(Xb, jn, Mu, nr1, r0)
+        lo = _ld8(Xlo, jn, Mu, nr1, r0) if hilo else hi
+        return hi, lo
+
+    @_device
+    def item(w0, w1, blk, wup, Xb, Xlo, h, cc, r0, M, Mu, nr1, v, store):
+        """The mover's item (see :func:`_build_forward`): row group ``r0 .. r0 + 7`` of
+        column chunk ``cc``.  ``v`` holds its costs (from :func:`load8`, two items ago);
+        returns the loads of the item two on (their latency then spans two groups of
+        steps: with one, the mover waited for them and the steps for the mover)."""
+        # (A row group past the band's last row is not written: its rows would be that
+        # row's again, whose slot holds the next chunk's cost by then.)
+        jp = (cc - 2) * TW + h
+        if store and cc >= 2 and jp < M and r0 <= nr1:
+            write8(w0, w1, blk, wup, jp, M, nr1, r0)
+        hi, lo = v
+        _st8(blk, 0, _join8(hi, lo) if hilo else hi, r0, cc * TW + h, 1)
+        if r0 >= 2 * G:
+            cn, rn = cc + 1, r0 - 2 * G
+        else:
+            cn, rn = cc, r0 + 2 * G
+        v = load8(Xb, Xlo, uint32(min(cn * TW + h, M - 1)), Mu, nr1, rn)
+        _bar_pair()
+        return v
+
+    @_device
     def stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh):
         """Features ``d0 .. d0 + DC - 1`` of the band's rows and of columns ``jn0 ..`` into
         ``xsh``/``ysh`` (float64; lanes (dd, rh) take feature ``d0 + dd`` of rows rh, rh + 2, ..
@@ -1082,7 +1166,8 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         every lane and a constant offset within a group.  Rows are padded to ``RING + 1``
         entries so that the lanes' accesses fall in distinct banks.
         """
-        tid = cuda.threadIdx.x
+        tx = cuda.threadIdx.x
+        tid = tx & (TB - 1) if mover else tx  # the lane (in its warp, with a mover)
         B = out.shape[0]
         nb = (N + TB - 1) // TB
         scale = LOG2E / gamma  # R' = R log2(e) / gamma: see _softmin3
@@ -1117,6 +1202,52 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         else:
             xsh = cuda.shared.array((1, 1), float64)  # placeholders: never read when unfused
             ysh = xsh
+        nchunks = (M + TB - 1 + TW - 1) // TW
+        # Band views (see _ld8): the weights' two planes, and where the costs come from.
+        row0 = (2 * b * N + i0) * M  # P[b, 0, i0, 0] (flat)
+        nr1 = uint32(min(TB, N - i0) - 1)  # the band's last row
+        Wf = X if parked else P
+        w0 = band_view(Wf, row0)
+        w1 = band_view(Wf, row0 + N * M)
+        Mu = uint32(M)
+        if split:
+            Xb = w0  # this pair's distances (plane 0)
+            Xlo = Xb
+        elif hilo:
+            Xb = w1  # the distances' high words (plane 1)
+            Xlo = w0  # and their low words (plane 0)
+        elif not fused:
+            Xb = band_view(X, (b * N + i0) * M)  # the band's rows of the cost
+            Xlo = Xb
+        if mover and tx >= 2 * TB:
+            return  # the third warp (see _build_forward)
+        if mover and tx >= TB:
+            # The mover (warp 1): column chunk 0's first three row groups now, the loads of
+            # items 0 and 1 in flight; then one item per group, a barrier after each (as
+            # many as the steps' warp: one after the staging, one per group).
+            h = tid
+            jn = uint32(min(h, M - 1))
+            for q in range(3):
+                hi, lo = load8(Xb, Xlo, jn, Mu, nr1, q * G)
+                _st8(blk, 0, _join8(hi, lo) if hilo else hi, q * G, h, 1)
+            v = load8(Xb, Xlo, jn, Mu, nr1, 3 * G)
+            v1 = load8(Xb, Xlo, uint32(min(TW + h, M - 1)), Mu, nr1, 0)
+            _bar_pair()
+            for c in range(nchunks):
+                v = item(w0, w1, blk, wup, Xb, Xlo, h, c, 3 * G, M, Mu, nr1, v, store)
+                v1 = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, 0, M, Mu, nr1, v1, store)
+                v = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, G, M, Mu, nr1, v, store)
+                v1 = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, 2 * G, M, Mu, nr1, v1, store)
+            if store:
+                # What no item wrote: column chunk cw's row group q was written by item
+                # 4 cw + q + 5 if that is below the number of items, 4 nchunks.
+                for cw in range(max(nchunks - 3, 0), nchunks):
+                    jp = cw * TW + h
+                    if jp < M:
+                        for q in range(4):
+                            if 4 * cw + q + 5 >= 4 * nchunks and q * G <= nr1:
+                                write8(w0, w1, blk, wup, jp, M, nr1, q * G)
+            return
         if fused:
             xn = cuda.shared.array(TB, float64)  # |x_i|^2 of the band's rows
             xx = 0.0
@@ -1132,7 +1263,6 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         has = k > 0  # a band above to take the row from
         above = own - (M + 1) if has else own  # (the top band reads its own row, ignored)
         pref = poll(Rb, above + min(tid, M))
-        nchunks = (M + TB - 1 + TW - 1) // TW
         pb = (pubs, Rb, own, plag, M)  # where the publishing lane's steps put their values
         dd = tid % DC  # fused staging: lane (dd, rh) takes feature dd of rows rh, rh + 2, ..
         rh = tid // DC
@@ -1148,34 +1278,20 @@ def _build_forward(mode: str, fast: bool, busy: bool):
                 for e in range(DC):
                     yy = products(acc, xsh, ysh, e, tid, yy)
             distances(acc, yy, xn, blk, i0, N, M, tid, scale)
-        # Band views (see _ld8): the weights' two planes, and where the costs come from.
-        row0 = (2 * b * N + i0) * M  # P[b, 0, i0, 0] (flat)
-        nr1 = uint32(min(TB, N - i0) - 1)  # the band's last row
-        Wf = X if parked else P
-        w0 = band_view(Wf, row0)
-        w1 = band_view(Wf, row0 + N * M)
-        if not fused:
-            if split:
-                Xb = w0  # this pair's distances (plane 0)
-                Xlo = Xb
-            elif hilo:
-                Xb = w1  # the distances' high words (plane 1)
-                Xlo = w0  # and their low words (plane 0)
-            else:
-                Xb = band_view(X, (b * N + i0) * M)  # the band's rows of the cost
-                Xlo = Xb
-            Mu = uint32(M)
+        if not fused and not mover:
             jn = uint32(min(tid, M - 1))
             a = _ld32(Xb, jn, Mu, nr1)
             if hilo:
                 a2 = _ld32(Xlo, jn, Mu, nr1)
             else:
                 a2 = a
+        if mover:
+            _bar_pair()  # the mover's first staging
         for c in range(nchunks):
             j0 = c * TW
             jl = j0 + tid  # the column this thread stages
             jn0 = j0 + TW  # the next chunk's first column
-            if not fused:
+            if not fused and not mover:
                 # The registers hold chunk c (loaded one chunk ago): into the ring, then load
                 # chunk c + 1, in flight during this chunk's steps (clamped, harmless past M).
                 # (split, hilo: chunk c's distances were read one chunk ago; its weights go
@@ -1190,18 +1306,29 @@ def _build_forward(mode: str, fast: bool, busy: bool):
                 a = _ld32(Xb, jn, Mu, nr1)
                 if hilo:
                     a2 = _ld32(Xlo, jn, Mu, nr1)
-            sync_band()
-            # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it)
+            if not mover:
+                sync_band()
+            # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it); with
+            # a mover, a block barrier after each (see item)
             pref = handoff(Rb, above, j0, M, pref, grp, INF, has, pubs, own, True, plag)
             if TIMING and c == 0:
                 _stamp(Rb, t, 1, B * nb)
             st = group(blk, wup, rowb, pb, tid, j0, grp, st, lead, width, pub, scale, xch)
+            if mover:
+                _bar_pair()
             pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has, pubs, own, True, plag)
             st = group(blk, wup, rowb, pb, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
+            if mover:
+                _bar_pair()
             pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has, pubs, own, True, plag)
             st = group(blk, wup, rowb, pb, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
+            if mover:
+                _bar_pair()
             pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has, pubs, own, True, plag)
             st = group(blk, wup, rowb, pb, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
+            if mover:
+                _bar_pair()
+                continue
             if fused:  # (quiet) what this chunk's steps completed, before the distances
                 flush_rest(Rb, pubs, own, j0 + TW, M, True, plag)
             if fused and jn0 < M:
@@ -1226,7 +1353,7 @@ def _build_forward(mode: str, fast: bool, busy: bool):
         _stamp(Rb, t, 2, B * nb)
         if i == N - 1:  # the publishing lane of the last band: its own shared store
             out[b] = pubs[ring(M - 1 + plag)] * (gamma * LN2)
-        if store:
+        if store and not mover:
             write_w(w0, w1, blk, wup, (nchunks - 1) * TW + tid, M, nr1)
 
     return forward
@@ -1786,10 +1913,18 @@ def _build_park(f32: bool, cost: bool = False):
 #: Kernels by (mode, float32, busy) and (float32, busy); compiled on first use.
 _FORWARD_KINDS = ((COST, False), (COST, True), (FUSED, False), (FUSED, True))
 FORWARD = {
-    (m, q, busy): _build_forward(m, q, busy)
+    (m, q, busy, False): _build_forward(m, q, busy)
     for m, q in (*_FORWARD_KINDS, (SPLIT, False), (HILO, True))
     for busy in (False, True)
 }
+if not SIMULATED:  # the two-warp variants (see _build_forward's ``mover``)
+    FORWARD.update(
+        {
+            (m, q, busy, True): _build_forward(m, q, busy, True)
+            for m, q in ((COST, False), (COST, True), (SPLIT, False), (HILO, True))
+            for busy in (False, True)
+        }
+    )
 BACKWARD = {(q, busy): _build_backward(q, busy) for q in (False, True) for busy in (False, True)}
 PARK = _build_park(False)
 PARK32 = _build_park(True)

@@ -49,6 +49,46 @@ def busy() -> bool:
     return True if FORCE_BUSY is None else FORCE_BUSY
 
 
+#: Force the forward's *mover* variant on (True) or off (False) in every mode but the fused
+#: no-gradient one (tests, probes, the sanitizer case);
+#: None: :func:`mover`.  ``SDTW_MOVER=0`` / ``1`` in the environment sets it at import.
+FORCE_MOVER: bool | None = {"0": False, "1": True}.get(os.environ.get("SDTW_MOVER", ""))
+
+
+#: The most blocks per SM at which the fused forward with gradients takes the mover variant.
+MOVER_BLOCKS_PER_SM = 4
+
+_sm_counts: dict[int, int] = {}
+
+
+def mover(mode: str, blocks: int, device: torch.device) -> bool:
+    """Whether a forward launch of ``blocks`` blocks in ``mode`` takes the variant with a
+    mover warp per band (it stages the costs and writes the weights out, while the band's
+    own warp runs the steps; see :func:`sdtw.cuda._kernels._build_forward`).
+
+    Taken by the fused forward with gradients from float32 inputs (mode ``hilo``) at up to
+    :data:`MOVER_BLOCKS_PER_SM` blocks per SM (B ceil(N / 32) <= 528 on an H200).  At
+    B = 32, N = 512, D = 64 its DP forward took 201.5 us against 223.9 for the one-warp
+    kernel (``probe-dev.txt``, run 66).  The unfused float32 forward (mode ``cost``, whose
+    one-warp staging is cheaper: float32 costs, no word join) got slower with it, 209.3 us
+    against 192.7, and so keeps the one-warp kernel, as do the float64 modes (not measured).
+    Above four blocks per SM two step warps share a scheduler anyway, and the variant
+    measured slower at B = 32, N = 1024 in its first form (run 64: 588.5 us against 571.1).
+    Never for the fused no-gradient mode nor under the simulator (whose barriers cannot
+    pair two warps on different paths).  :data:`FORCE_MOVER` overrides the rule."""
+    if K.SIMULATED or mode == K.FUSED:
+        return False
+    if FORCE_MOVER is not None:
+        return FORCE_MOVER
+    if mode != K.HILO:
+        return False
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    sms = _sm_counts.get(idx)
+    if sms is None:
+        sms = _sm_counts[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return blocks <= MOVER_BLOCKS_PER_SM * sms
+
+
 def _arr(t: torch.Tensor):
     """A numba view of a tensor: a NumPy array under the simulator, a device array on a GPU."""
     if K.SIMULATED:
@@ -395,9 +435,10 @@ def forward(
         mode, src, src2 = K.FUSED, a, y
     out = torch.empty(B, dtype=a.dtype, device=dev)
     bufs = _boundary(B, nb, M, dev, 2 if spare else 1)
-    _launcher(K.FORWARD[mode, fast, busy()])(
+    two = mover(mode, B * nb, dev)
+    _launcher(K.FORWARD[mode, fast, busy(), two])(
         B * nb,
-        K.TB,
+        3 * K.TB if two else K.TB,
         streams,
         src,
         src2,
