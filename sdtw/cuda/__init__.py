@@ -54,7 +54,10 @@ it computes the distances inside the DP kernel).  Launches per training step, wh
 and M: fused, three Numba kernels (park, DP forward, DP backward), all in the forward call;
 unfused from x and y, three likewise (:func:`sqeuclidean_cost`'s park kernel writing the
 cost, then the DP forward and backward); from a cost tensor, one in the forward and one in
-the backward.
+the backward.  The DP kernels run one warp per band of 32 rows; the fused float32 forward with
+gradients, at up to four blocks per SM, a second warp per band as well that stages the
+distances and writes the weights out (:func:`sdtw.cuda._launch.mover`; same results, bit for
+bit).
 """
 
 from __future__ import annotations
