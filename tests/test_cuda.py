@@ -413,8 +413,9 @@ def test_gpu_matches_reference(
 
 def test_mover_rule(monkeypatch):
     """The forward takes the mover variant for the fused float32 forward with gradients at up
-    to four blocks per SM, never for the fused no-gradient forward nor under the simulator;
-    FORCE_MOVER overrides the rule elsewhere.  (SM count and simulator flag faked here.)"""
+    to four blocks per SM, never for the fused no-gradient forward; FORCE_MOVER overrides the
+    rule, and under the simulator only it turns the variant on.  (SM count and simulator flag
+    faked here.)"""
     from sdtw.cuda import _kernels as K
     from sdtw.cuda import _launch
 
@@ -430,9 +431,49 @@ def test_mover_rule(monkeypatch):
     assert _launch.mover(K.COST, 10**6, dev) and not _launch.mover(K.FUSED, 16, dev)
     monkeypatch.setattr(_launch, "FORCE_MOVER", False)
     assert not _launch.mover(K.HILO, 16, dev)
+    monkeypatch.setattr(K, "SIMULATED", True)  # no SM count there: only FORCE_MOVER
     monkeypatch.setattr(_launch, "FORCE_MOVER", True)
-    monkeypatch.setattr(K, "SIMULATED", True)
+    assert _launch.mover(K.HILO, 16, dev)
+    monkeypatch.setattr(_launch, "FORCE_MOVER", None)
     assert not _launch.mover(K.HILO, 16, dev)
+
+
+def _check_mover_matches_one_warp(monkeypatch, rng, device, dtype, shapes, gamma=0.1):
+    """The mover variant of the forward gives the one-warp kernel's values, weights and
+    gradients bit for bit (the same steps on the same costs), from a cost tensor with and
+    without gradients and fused (hilo, split)."""
+    from sdtw.cuda import _launch
+
+    for N, M in shapes:
+        cost = torch.rand(2, N, M, dtype=dtype, device=device)
+        x = randn(rng, 1, N, 3, dtype=dtype, device=device)
+        y = randn(rng, 1, M, 3, dtype=dtype, device=device)
+        go = randn(rng, 2, dtype=dtype, device=device)
+        got = []
+        for mover in (False, True):
+            monkeypatch.setattr(_launch, "FORCE_MOVER", mover)
+            c = cost.clone().requires_grad_()
+            v = sdtw.softdtw_from_cost(c, gamma=gamma, backend="cuda")
+            (gc,) = torch.autograd.grad(v, c, go)
+            with torch.no_grad():
+                v0 = sdtw.softdtw_from_cost(cost, gamma=gamma, backend="cuda")
+            xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+            vf = sdtw.softdtw(xs, ys, gamma=gamma, backend="cuda", fused=True)
+            gf = torch.autograd.grad(vf, (xs, ys), go[:1])
+            got.append((v, gc, v0, vf, *gf))
+        names = ("value", "grad", "no-grad value", "fused", "gx", "gy")
+        for name, a, b in zip(names, *got, strict=True):
+            assert torch.equal(a, b), (N, M, name)
+
+
+@requires_sim
+@pytest.mark.cudasim
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sim_mover_matches_one_warp(monkeypatch, rng, dtype):
+    """:func:`_check_mover_matches_one_warp` in the simulator, at a shape with a one-row band
+    (row groups past the band's last row), three column chunks written out by the mover's
+    items and the last by its tail."""
+    _check_mover_matches_one_warp(monkeypatch, rng, "cpu", dtype, [(33, 70)])
 
 
 @requires_gpu
@@ -440,33 +481,13 @@ def test_mover_rule(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("busy", [False, True])
 def test_gpu_mover_matches_one_warp(monkeypatch, rng, dtype, busy):
-    """The two-warp forward (the mover stages costs and writes weights) gives the same
-    values, weights and gradients as the one-warp one, bit for bit (the same steps on the
-    same costs), from a cost tensor with and without gradients and fused, busy and quiet,
-    at lengths around the chunk and row-group boundaries."""
+    """:func:`_check_mover_matches_one_warp` on the GPU, busy and quiet, at lengths around the
+    chunk and row-group boundaries."""
     from sdtw.cuda import _launch
 
     monkeypatch.setattr(_launch, "FORCE_BUSY", busy)
-    for N, M in ((1, 1), (8, 9), (33, 31), (70, 97), (95, 160)):
-        cost = torch.rand(3, N, M, dtype=dtype, device="cuda")
-        x = randn(rng, 2, N, 5, dtype=dtype, device="cuda")
-        y = randn(rng, 2, M, 5, dtype=dtype, device="cuda")
-        go = randn(rng, 3, dtype=dtype, device="cuda")
-        got = []
-        for mover in (False, True):
-            monkeypatch.setattr(_launch, "FORCE_MOVER", mover)
-            c = cost.clone().requires_grad_()
-            v = sdtw.softdtw_from_cost(c, gamma=0.1, backend="cuda")
-            (gc,) = torch.autograd.grad(v, c, go)
-            with torch.no_grad():
-                v0 = sdtw.softdtw_from_cost(cost, gamma=0.1, backend="cuda")
-            xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
-            vf = sdtw.softdtw(xs, ys, gamma=0.1, backend="cuda", fused=True)
-            gf = torch.autograd.grad(vf, (xs, ys), go[:2])
-            got.append((v, gc, v0, vf, *gf))
-        names = ("value", "grad", "no-grad value", "fused", "gx", "gy")
-        for name, a, b in zip(names, *got, strict=True):
-            assert torch.equal(a, b), (N, M, name)
+    shapes = [(1, 1), (8, 9), (33, 31), (70, 97), (95, 160)]
+    _check_mover_matches_one_warp(monkeypatch, rng, "cuda", dtype, shapes)
 
 
 @requires_gpu

@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 
 from numba import cuda, float32, float64, int32, int64, uint32, uint64
 from numba.cuda import libdevice
@@ -291,11 +292,64 @@ def _from_next_lane_shfl(v, xch, parity):
     return cuda.shfl_down_sync(FULL_MASK, v, 1)
 
 
+# Barriers in the simulator.  Its ``syncthreads`` releases a block's threads once every live
+# one waits in *some* ``syncthreads`` call, so it cannot pair the band's warp and the mover
+# warp, which wait at different places and a different number of times.  A block of more than
+# one warp (the mover variant) therefore synchronises its band's warp, and the band's warp with
+# its mover, with barriers of its own (``threading.Barrier`` objects kept on the simulator's
+# block manager, which runs a launch's blocks one after another and is new for each launch);
+# a one-warp block keeps ``syncthreads``.  A wait longer than ``_SIM_WAIT`` seconds (a thread
+# that died) breaks the barrier with an error instead of hanging.
+_SIM_LOCK = threading.Lock()
+_SIM_WAIT = 300.0
+
+
+def _sim_barrier(name, parties: int):
+    """The current simulated block's barrier ``name`` of ``parties`` threads."""
+    mgr = threading.current_thread()._manager
+    bars = mgr.__dict__.get("_sdtw_barriers")
+    if bars is None or name not in bars:
+        with _SIM_LOCK:
+            bars = mgr.__dict__.setdefault("_sdtw_barriers", {})
+            if name not in bars:
+                bars[name] = threading.Barrier(parties, timeout=_SIM_WAIT)
+    return bars[name]
+
+
+def _sim_one_warp() -> bool:
+    return threading.current_thread()._manager._block_dim[0] == TB
+
+
+def _sync_warp_sim():
+    """A barrier of the calling thread's warp (its block's, for a one-warp block)."""
+    t = threading.current_thread()
+    if _sim_one_warp():
+        t.syncthreads()
+    else:
+        _sim_barrier(("warp", t.threadIdx.x // TB), TB).wait()
+
+
+def _any_lane_sim(pred):
+    """Whether ``pred`` holds for any lane of the calling thread's warp."""
+    t = threading.current_thread()
+    if _sim_one_warp():
+        return t.syncthreads_or(1 if pred else 0) != 0
+    w = t.threadIdx.x // TB
+    mgr = t._manager
+    with _SIM_LOCK:
+        board = mgr.__dict__.setdefault("_sdtw_votes", {}).setdefault(w, [False] * TB)
+    board[t.threadIdx.x % TB] = bool(pred)
+    _sync_warp_sim()
+    out = any(board)
+    _sync_warp_sim()
+    return out
+
+
 @_device
 def _from_prev_lane_smem(v, xch, parity):
     tid = cuda.threadIdx.x
     xch[parity, tid] = v
-    cuda.syncthreads()
+    _sync_warp_sim()
     return xch[parity, tid - 1] if tid > 0 else v
 
 
@@ -303,7 +357,7 @@ def _from_prev_lane_smem(v, xch, parity):
 def _from_next_lane_smem(v, xch, parity):
     tid = cuda.threadIdx.x
     xch[parity, tid] = v
-    cuda.syncthreads()
+    _sync_warp_sim()
     return xch[parity, tid + 1] if tid < TB - 1 else v
 
 
@@ -368,7 +422,7 @@ def _bar_pair_intrinsic():
 
 
 def _bar_pair_sim():
-    raise NotImplementedError("the two-warp forward does not run in the simulator")
+    _sim_barrier(("pair",), 2 * TB).wait()
 
 
 _bar_pair = _bar_pair_sim if SIMULATED else _bar_pair_intrinsic()
@@ -535,14 +589,7 @@ def _below_sim(a, n):
     return 0 <= a < n
 
 
-@_device
-def _any_lane_sim(pred):
-    return cuda.syncthreads_or(int32(1) if pred else int32(0)) != 0
-
-
-@_device
-def _sync_band_sim():
-    cuda.syncthreads()
+_sync_band_sim = _sync_warp_sim
 
 
 ring = _ring_sim if SIMULATED else _ring_gpu
@@ -955,7 +1002,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
     inputs; float64 inputs get float64 throughout.  ``busy`` selects the boundary-row style
     of a launch with a block or more per SM scheduler (see :func:`_build_handoff`).
 
-    ``mover`` (not for ``"fused"``, not under the simulator): blocks of three warps,
+    ``mover`` (not for ``"fused"``): blocks of three warps,
     launched with ``3 TB`` threads.  Warp 0 runs the band's steps as above; warp 1, the
     *mover*, does the staging of the costs and the write-out of the weights, which the
     one-warp kernel does between its chunks' steps, so that those instructions no longer sit
@@ -976,7 +1023,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
     results are the one-warp kernel's, bit for bit (the same steps on the same costs).
     """
     assert not (mode == SPLIT and fast) and not (mode == HILO and not fast)
-    assert not (mover and (mode == FUSED or SIMULATED))
+    assert not (mover and mode == FUSED)
     fused = mode == FUSED
     split = mode == SPLIT
     hilo = mode == HILO
@@ -1917,14 +1964,13 @@ FORWARD = {
     for m, q in (*_FORWARD_KINDS, (SPLIT, False), (HILO, True))
     for busy in (False, True)
 }
-if not SIMULATED:  # the two-warp variants (see _build_forward's ``mover``)
-    FORWARD.update(
-        {
-            (m, q, busy, True): _build_forward(m, q, busy, True)
-            for m, q in ((COST, False), (COST, True), (SPLIT, False), (HILO, True))
-            for busy in (False, True)
-        }
-    )
+FORWARD.update(  # the mover variants (see _build_forward's ``mover``)
+    {
+        (m, q, busy, True): _build_forward(m, q, busy, True)
+        for m, q in ((COST, False), (COST, True), (SPLIT, False), (HILO, True))
+        for busy in (False, True)
+    }
+)
 BACKWARD = {(q, busy): _build_backward(q, busy) for q in (False, True) for busy in (False, True)}
 PARK = _build_park(False)
 PARK32 = _build_park(True)

@@ -74,13 +74,13 @@ def mover(mode: str, blocks: int, device: torch.device) -> bool:
     against 192.7, and so keeps the one-warp kernel, as do the float64 modes (not measured).
     Above four blocks per SM two step warps share a scheduler anyway, and the variant
     measured slower at B = 32, N = 1024 in its first form (run 64: 588.5 us against 571.1).
-    Never for the fused no-gradient mode nor under the simulator (whose barriers cannot
-    pair two warps on different paths).  :data:`FORCE_MOVER` overrides the rule."""
-    if K.SIMULATED or mode == K.FUSED:
+    Never for the fused no-gradient mode.  :data:`FORCE_MOVER` overrides the rule; under the
+    simulator (no SM count) only it turns the variant on."""
+    if mode == K.FUSED:
         return False
     if FORCE_MOVER is not None:
         return FORCE_MOVER
-    if mode != K.HILO:
+    if mode != K.HILO or K.SIMULATED:
         return False
     idx = device.index if device.index is not None else torch.cuda.current_device()
     sms = _sm_counts.get(idx)
