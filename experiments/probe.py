@@ -21,8 +21,9 @@ kernel's start and end in a traced training step, and the GPU's gaps;
 steps at B = 32, D = 64, N in 128, 512, 1024, one JSON file per case in OUTDIR;
 ``--graphs [N]``: eager steps against CUDA-graph replays of the same steps (B = 32,
 N = 512, 1024, 2048 or N);
-``--mover [N]``: whole-step CUDA-graph replays of a fused float32 training step with the
-forward's mover variant off and on, alternated in one process (B = 32, D = 64, N = 512 or N);
+``--mover [N]``: whole-step CUDA-graph replays of a fused float32 training step with the mover
+variants off, on in the forward, and on in the forward and the backward, in turn in one
+process (B = 32, D = 64, N = 512 or N);
 ``SDTW_TIMING=1 ... --lag``: from per-block timer stamps (``sdtw.cuda._kernels.TIMING``),
 how far each band runs behind the one it reads from, and the time per step.
 """
@@ -508,11 +509,11 @@ def kernels(N: int = 1024, B: int = 32, D: int = 64, steps: int = 5) -> None:
 
 
 def mover_ab(N: int = 512, B: int = 32, D: int = 64, reps: int = 60) -> None:
-    """Whole-step graphs of a fused float32 training step captured with the forward's mover
-    variant forced off and on (``sdtw.cuda._launch.FORCE_MOVER``), replayed alternately
-    ``reps`` times (the first 10 of each dropped), each replay timed by CUDA events between
-    synchronisations: the same process and GPU state for both, where separate processes'
-    step times differ by up to ~30 us at N = 512 (runs 62 and 67)."""
+    """Whole-step graphs of a fused float32 training step captured with the mover variants
+    (``sdtw.cuda._launch.FORCE_MOVER``, ``BACKWARD_MOVER``) off, on in the forward, and on in
+    both kernels, replayed in turn ``reps`` times (the first 10 of each dropped), each replay
+    timed by CUDA events between synchronisations: the same process and GPU state for all,
+    where separate processes' step times differ by up to ~30 us at N = 512 (runs 62, 67)."""
     import sdtw.cuda
     from sdtw.cuda import _launch
 
@@ -524,34 +525,35 @@ def mover_ab(N: int = 512, B: int = 32, D: int = 64, reps: int = 60) -> None:
         x.grad = y.grad = None
         sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=True).sum().backward()
 
+    cases = {"off": (False, False), "forward": (True, False), "forward+backward": (True, True)}
     graphs = {}
-    for on in (False, True):
-        _launch.FORCE_MOVER = on
+    for name, (fwd, bwd) in cases.items():
+        _launch.FORCE_MOVER, _launch.BACKWARD_MOVER = fwd, bwd
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(3):
                 step()
         torch.cuda.current_stream().wait_stream(side)
-        graphs[on] = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graphs[on]):
+        graphs[name] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graphs[name]):
             step()
-    _launch.FORCE_MOVER = None
-    times: dict[bool, list[float]] = {False: [], True: []}
+    _launch.FORCE_MOVER, _launch.BACKWARD_MOVER = None, False
+    times: dict[str, list[float]] = {name: [] for name in cases}
     for rep in range(reps):
-        for on in (False, True):
+        for name in cases:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             a.record()
-            graphs[on].replay()
+            graphs[name].replay()
             b.record()
             torch.cuda.synchronize()
             if rep >= 10:
-                times[on].append(a.elapsed_time(b) * 1e3)
-    for on in (False, True):
-        t = sorted(times[on])
+                times[name].append(a.elapsed_time(b) * 1e3)
+    for name in cases:
+        t = sorted(times[name])
         print(
-            f"B={B} N={N} D={D} fused step graph, mover {'on' if on else 'off'}: "
+            f"B={B} N={N} D={D} fused step graph, mover {name}: "
             f"median {statistics.median(t):.1f} us, p20 {t[len(t) // 5]:.1f}",
             flush=True,
         )

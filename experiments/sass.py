@@ -57,6 +57,7 @@ KERNELS = {
         None,
     ),
     "backward32": ("BACKWARD", "f4[::1], i8, i8, f4[::1], i8[::1], f4[:, ::1]", None),
+    "backward32-mover": ("BACKWARD", "f4[::1], i8, i8, f4[::1], i8[::1], f4[:, ::1]", None),
 }
 #: The key of the kernels stored in a dict (float32, the busy variant: what a GPU runs).
 _KEYS = {
@@ -64,7 +65,8 @@ _KEYS = {
     "forward-hilo": ("hilo", True, True, False),
     "forward-hilo-mover": ("hilo", True, True, True),
     "forward-cost32": ("cost", True, True, False),
-    "backward32": (True, True),
+    "backward32": (True, True, False),
+    "backward32-mover": (True, True, True),
 }
 
 _INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")

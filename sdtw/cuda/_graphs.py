@@ -171,7 +171,13 @@ def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
     )
     # autocast, and inference mode (whose static tensors a call outside it could not write)
     L = _launch()
-    modes = (_cuda_autocast(), torch.is_inference_mode_enabled(), L.FORCE_BUSY, L.FORCE_MOVER)
+    modes = (
+        _cuda_autocast(),
+        torch.is_inference_mode_enabled(),
+        L.FORCE_BUSY,
+        L.FORCE_MOVER,
+        L.BACKWARD_MOVER,
+    )
     return (x.shape, y.shape, x.dtype, y.dtype, dev, stream, params, modes)
 
 

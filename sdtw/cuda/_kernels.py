@@ -49,7 +49,10 @@ The fused forward with gradients from float32 inputs, at up to four blocks per S
 band a second warp, the *mover*, that stages the costs and writes the weights out while the
 band's warp runs only the steps (see ``mover`` in :func:`_build_forward` and
 :func:`sdtw.cuda._launch.mover`): between the chunks' steps those took about 40% of the
-one-warp forward's time at B = 32, N = 512 (``probe-dev.txt``, run 63).
+one-warp forward's time at B = 32, N = 512 (``probe-dev.txt``, run 63).  The backward has the
+same variant (``mover`` in :func:`_build_backward`; its band's warp then issues about half the
+instructions per chunk, by the offline SASS), tested but not yet timed on a GPU: off unless
+``sdtw.cuda._launch.BACKWARD_MOVER`` is set.
 
 Accuracy
 --------
@@ -1406,9 +1409,19 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
     return forward
 
 
-def _build_backward(fast: bool, busy: bool):
+def _build_backward(fast: bool, busy: bool, mover: bool = False):
     """Backward kernel; ``fast`` (float32 weights) stages them in a float32 block; ``busy`` as
-    in :func:`_build_forward`."""
+    in :func:`_build_forward`.
+
+    ``mover``: as the forward's (three-warp blocks, a barrier of the first two after every
+    group), with *lag groups* for row groups: the band's rows by their lag ``TB - 1 - r``
+    behind the leading (bottom) row, lag group ``q`` being rows ``24 - 8 q .. 31 - 8 q``, and
+    *positions* ``M - 1 - j`` for columns.  Item ``g`` writes E of lag group ``q = (g + 3) % 4``
+    of position chunk ``cc - 2`` out (``cc = (g + 3) // 4``) and stages that lag group's
+    weights of position chunk ``cc``; the timing is the forward's with lag for row.  A column's
+    sum over the band's rows is the same four partial sums added in the one-warp kernel's
+    order, taken one item each and added to ``sums`` after the fourth.  The mover also zeroes
+    the ring first (see below)."""
     blk_t = float32 if fast else float64
     handoff, flush_rest, poll = _build_handoff(busy)
 
@@ -1430,6 +1443,65 @@ def _build_backward(fast: bool, busy: bool):
         return (c0 + c1) + (c2 + c3)
 
     @_device
+    def ecol8p(ev_view, blk, pp, jp, M, r0, nr1):
+        """:func:`ecell` of the rows ``r0 .. r0 + 7`` up to ``nr1`` (a partial band), their sum
+        in row order."""
+        cs = 0.0
+        for r in range(r0, r0 + G):
+            if r <= nr1:
+                cs += ecell(ev_view, blk, pp, jp, M, r)
+        return cs
+
+    @_device
+    def load8w(Pd, Pu, jn, Mu, nr1, r0):
+        """The mover's loads of one item: rows ``r0 .. r0 + 7`` (clamped to ``nr1``) of
+        column ``jn`` of both weight planes."""
+        return _ld8(Pd, jn, Mu, nr1, r0), _ld8(Pu, jn, Mu, nr1, r0)
+
+    @_device
+    def wout(Pu, blk, h, cw, r0, M, nr1):
+        """The mover's write-out of E, rows ``r0 .. r0 + 7`` (up to ``nr1``; none if ``r0 >
+        nr1``: those slots may hold the next chunk's weights by then) of position ``cw TW + h``
+        of position chunk ``cw`` (none if ``cw < 0`` or past the table), and their sum."""
+        pp = cw * TW + h
+        jp = M - 1 - pp
+        c8 = 0.0
+        if cw >= 0 and jp >= 0 and r0 <= nr1:
+            if nr1 == TB - 1:
+                c8 = ecol8(Pu, blk, pp, jp, M, r0)
+            else:
+                c8 = ecol8p(Pu, blk, pp, jp, M, r0, nr1)
+        return c8
+
+    @_device
+    def colsum(sums, b, N, M, h, cw, cs, want_sums):
+        """Add position chunk ``cw``'s column sum (this lane's column) to ``sums``."""
+        jp = M - 1 - (cw * TW + h)
+        if want_sums and cw >= 0 and jp >= 0:
+            cuda.atomic.add(sums, (b, N + jp), cs)
+
+    @_device
+    def item(Pd, Pu, blk, h, cc, q, M, Mu, nr1, v):
+        """The mover's item (see :func:`_build_backward`): lag group ``q`` (rows ``r0 = 24 -
+        8 q`` on) of position chunk ``cc``.  Writes E of position chunk ``cc - 2`` out
+        (:func:`wout`), stages ``v`` (from :func:`load8w`, two items ago) and issues the loads
+        of the item two on; returns those and the rows' sum of E."""
+        r0 = 3 * G - q * G
+        c8 = wout(Pu, blk, h, cc - 2, r0, M, nr1)
+        wd, wu = v
+        pl = cc * TW + h
+        _st8(blk, 0, wd, r0, pl + TB - 1, -1)
+        _st8(blk, PO1, wu, r0, pl + TB - 1, -1)
+        if q >= 2:
+            cn, qn = cc + 1, q - 2
+        else:
+            cn, qn = cc, q + 2
+        jn = uint32(max(M - 1 - (cn * TW + h), 0))
+        v = load8w(Pd, Pu, jn, Mu, nr1, 3 * G - qn * G)
+        _bar_pair()
+        return v, c8
+
+    @_device
     def write_e(ev_view, blk, sums, b, N, M, pp, nr1, want_sums):
         """Write position ``pp``'s column of the band's E out (coalesced along columns) and, if
         ``want_sums``, add its sum over the band's rows to ``sums[b, N + j]``; a full band
@@ -1441,10 +1513,13 @@ def _build_backward(fast: bool, busy: bool):
                     ecol8(ev_view, blk, pp, jp, M, 16) + ecol8(ev_view, blk, pp, jp, M, 24)
                 )
             else:
-                cs = 0.0
-                for r in range(TB):
-                    if r <= nr1:
-                        cs += ecell(ev_view, blk, pp, jp, M, r)
+                cs = (
+                    ecol8p(ev_view, blk, pp, jp, M, 0, nr1)
+                    + ecol8p(ev_view, blk, pp, jp, M, 8, nr1)
+                ) + (
+                    ecol8p(ev_view, blk, pp, jp, M, 16, nr1)
+                    + ecol8p(ev_view, blk, pp, jp, M, 24, nr1)
+                )
             if want_sums:
                 cuda.atomic.add(sums, (b, N + jp), cs)
 
@@ -1506,7 +1581,8 @@ def _build_backward(fast: bool, busy: bool):
         Row ``r`` keeps position ``p`` in ring slot ``(p + TB - 1 - r) % RING`` (= ``s % RING``,
         as in the forward).
         """
-        tid = cuda.threadIdx.x
+        tx = cuda.threadIdx.x
+        tid = tx & (TB - 1) if mover else tx  # the lane (in its warp, with a mover)
         B = gout.shape[0]
         nb = (N + TB - 1) // TB
         zero = blk_t(0.0)
@@ -1528,67 +1604,122 @@ def _build_backward(fast: bool, busy: bool):
         grp = cuda.shared.array(G, float64)
         pubs = cuda.shared.array(PUBS, float64)  # lane 0's hand-overs (+ spare slots)
         xch = cuda.shared.array((2, TB), float64)
-        if tid < G:
-            grp[tid] = 0.0  # the bottom band's row below (others overwrite it group by group)
-        # Zero this lane's ring row: the first chunk's steps reach slots that no staged column
-        # fills (positions p < 0 of the skew).  Their weights are multiplied by E = 0 there,
-        # and 0 * (a NaN or inf left in shared memory) would be NaN.
-        for q in range(RING1):
-            blk[rowb + q] = zero
-            blk[PO1 + rowb + q] = zero
-        sync_band()  # before the first chunk's staging writes other lanes' rows
-        # (e_left, d_prev, inc_next, rs); E[N-1, M-1] = gout enters as the "from the right"
-        # term of position 0.
-        st = (float64(gout[b]) if i == N - 1 else 0.0, 0.0, 0.0, 0.0)
-        want_sums = sums.shape[1] == N + M
-        below_ok = k < nb - 1
-        below_row = own + (M + 1) if below_ok else own  # (the bottom band: its own, ignored)
-        pref = poll(Gb, below_row + min(tid, M))
         nchunks = (M + TB - 1 + TW - 1) // TW
-        pb = (pubs, Gb, own, TB - 1, M)  # where lane 0's steps put their hand-overs
         row0 = (2 * b * N + i0) * M  # P[b, 0, i0, 0] (flat)
         Pd = band_view(P, row0)  # band views (see _ld8) of this pair's weights
         Pu = band_view(P, row0 + N * M)  # (and E, written over p_up)
         nr1 = uint32(min(TB, N - i0) - 1)  # the band's last row
         Mu = uint32(M)
-        jn = uint32(max(M - 1 - tid, 0))
-        wd, wu = _ld32(Pd, jn, Mu, nr1), _ld32(Pu, jn, Mu, nr1)
+        want_sums = sums.shape[1] == N + M
+        if mover and tx >= 2 * TB:
+            return  # the third warp (see _build_forward)
+        if mover and tx >= TB:
+            # The mover (warp 1): the ring zeroed (as the one-warp kernel's lanes do, below),
+            # position chunk 0's first three lag groups staged, the loads of items 0 and 1 in
+            # flight; then one item per group.  Column sums: each position chunk's four lag
+            # groups come in items 4 cw + 5 .. 4 cw + 8, summed as the one-warp write_e does.
+            h = tid
+            for r in range(TB):
+                for q in range(2):
+                    blk[uint32(r * RING1 + h + q * TW)] = zero
+                    blk[uint32(PO1 + r * RING1 + h + q * TW)] = zero
+            sync_band()  # (the mover's lanes stage into slots that others zeroed)
+            jn = uint32(max(M - 1 - h, 0))
+            for q in range(3):
+                wd, wu = load8w(Pd, Pu, jn, Mu, nr1, 3 * G - q * G)
+                _st8(blk, 0, wd, 3 * G - q * G, h + TB - 1, -1)
+                _st8(blk, PO1, wu, 3 * G - q * G, h + TB - 1, -1)
+            v = load8w(Pd, Pu, jn, Mu, nr1, 0)
+            v1 = load8w(Pd, Pu, uint32(max(M - 1 - (TW + h), 0)), Mu, nr1, 3 * G)
+            _bar_pair()
+            p01 = 0.0
+            c2 = 0.0
+            for c in range(nchunks):
+                v, c3 = item(Pd, Pu, blk, h, c, 3, M, Mu, nr1, v)
+                colsum(sums, b, N, M, h, c - 2, p01 + (c2 + c3), want_sums)
+                v1, c0 = item(Pd, Pu, blk, h, c + 1, 0, M, Mu, nr1, v1)
+                v, c1 = item(Pd, Pu, blk, h, c + 1, 1, M, Mu, nr1, v)
+                p01 = c0 + c1
+                v1, c2 = item(Pd, Pu, blk, h, c + 1, 2, M, Mu, nr1, v1)
+            # what no item wrote: lag group 3 of position chunk nchunks - 2, all of the last
+            c3 = wout(Pu, blk, h, nchunks - 2, 0, M, nr1)
+            colsum(sums, b, N, M, h, nchunks - 2, p01 + (c2 + c3), want_sums)
+            cw = nchunks - 1
+            c0 = wout(Pu, blk, h, cw, 3 * G, M, nr1)
+            c1 = wout(Pu, blk, h, cw, 2 * G, M, nr1)
+            c2 = wout(Pu, blk, h, cw, G, M, nr1)
+            c3 = wout(Pu, blk, h, cw, 0, M, nr1)
+            colsum(sums, b, N, M, h, cw, (c0 + c1) + (c2 + c3), want_sums)
+            return
+        if tid < G:
+            grp[tid] = 0.0  # the bottom band's row below (others overwrite it group by group)
+        # Zero this lane's ring row: the first chunk's steps reach slots that no staged column
+        # fills (positions p < 0 of the skew).  Their weights are multiplied by E = 0 there,
+        # and 0 * (a NaN or inf left in shared memory) would be NaN.
+        if not mover:
+            for q in range(RING1):
+                blk[rowb + q] = zero
+                blk[PO1 + rowb + q] = zero
+            sync_band()  # before the first chunk's staging writes other lanes' rows
+        # (e_left, d_prev, inc_next, rs); E[N-1, M-1] = gout enters as the "from the right"
+        # term of position 0.
+        st = (float64(gout[b]) if i == N - 1 else 0.0, 0.0, 0.0, 0.0)
+        below_ok = k < nb - 1
+        below_row = own + (M + 1) if below_ok else own  # (the bottom band: its own, ignored)
+        pref = poll(Gb, below_row + min(tid, M))
+        pb = (pubs, Gb, own, TB - 1, M)  # where lane 0's steps put their hand-overs
+        if not mover:
+            jn = uint32(max(M - 1 - tid, 0))
+            wd, wu = _ld32(Pd, jn, Mu, nr1), _ld32(Pu, jn, Mu, nr1)
+        else:
+            _bar_pair()  # the mover's zeroing and first staging
         for c in range(nchunks):
             s0c = c * TW
             pl = s0c + tid  # the position this thread stages
             jl = M - 1 - pl
-            # as in the forward: registers (chunk c) into the ring, then load chunk c + 1
-            # (rows and columns past the table stage copies of real, finite weights: their E
-            # is 0, and 0 times a finite weight adds nothing)
-            _st32(blk, 0, wd, pl + TB - 1, -1)
-            _st32(blk, PO1, wu, pl + TB - 1, -1)
-            jn = uint32(max(jl - TW, 0))
-            wd, wu = _ld32(Pd, jn, Mu, nr1), _ld32(Pu, jn, Mu, nr1)
-            sync_band()
+            if not mover:
+                # as in the forward: registers (chunk c) into the ring, then load chunk c + 1
+                # (rows and columns past the table stage copies of real, finite weights: their
+                # E is 0, and 0 times a finite weight adds nothing)
+                _st32(blk, 0, wd, pl + TB - 1, -1)
+                _st32(blk, PO1, wu, pl + TB - 1, -1)
+                jn = uint32(max(jl - TW, 0))
+                wd, wu = _ld32(Pd, jn, Mu, nr1), _ld32(Pu, jn, Mu, nr1)
+                sync_band()
             # TW // G = 4 groups, unrolled as in the forward
             pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1)
             if TIMING and c == 0:
                 _stamp(Gb, t, 1, B * nb)
             st = group(blk, rowb, pb, tid, s0c, grp, st, lag, width, pub, xch)
+            if mover:
+                _bar_pair()
             pref = handoff(
                 Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
             st = group(blk, rowb, pb, tid, s0c + G, grp, st, lag, width, pub, xch)
+            if mover:
+                _bar_pair()
             pref = handoff(
                 Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
             st = group(blk, rowb, pb, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
+            if mover:
+                _bar_pair()
             pref = handoff(
                 Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
             st = group(blk, rowb, pb, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
+            if mover:
+                _bar_pair()
+                continue
             sync_band()
             if c > 0:
                 write_e(Pu, blk, sums, b, N, M, s0c - TW + tid, nr1, want_sums)
             sync_band()
         flush_rest(Gb, pubs, own, nchunks * TW, M, ups, TB - 1)
         _stamp(Gb, t, 2, B * nb)
-        write_e(Pu, blk, sums, b, N, M, (nchunks - 1) * TW + tid, nr1, want_sums)
+        if not mover:
+            write_e(Pu, blk, sums, b, N, M, (nchunks - 1) * TW + tid, nr1, want_sums)
         if want_sums and i < N:
             sums[b, i] = st[3]
 
@@ -1971,7 +2102,12 @@ FORWARD.update(  # the mover variants (see _build_forward's ``mover``)
         for busy in (False, True)
     }
 )
-BACKWARD = {(q, busy): _build_backward(q, busy) for q in (False, True) for busy in (False, True)}
+BACKWARD = {
+    (q, busy, two): _build_backward(q, busy, two)
+    for q in (False, True)
+    for busy in (False, True)
+    for two in (False, True)
+}
 PARK = _build_park(False)
 PARK32 = _build_park(True)
 #: The same distances as a (B, N, M) cost tensor, by input dtype (float32?): the unfused

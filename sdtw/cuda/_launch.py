@@ -53,6 +53,10 @@ def busy() -> bool:
 #: no-gradient one (tests, probes, the sanitizer case);
 #: None: :func:`mover`.  ``SDTW_MOVER=0`` / ``1`` in the environment sets it at import.
 FORCE_MOVER: bool | None = {"0": False, "1": True}.get(os.environ.get("SDTW_MOVER", ""))
+#: The backward's mover variant (:func:`sdtw.cuda._kernels._build_backward`): tested against
+#: the one-warp kernel, bit for bit but for the order of floating-point additions into the
+#: column sums, not yet timed on a GPU, so off unless set (``SDTW_BACKWARD_MOVER=1``).
+BACKWARD_MOVER: bool = os.environ.get("SDTW_BACKWARD_MOVER", "0") == "1"
 
 
 #: The most blocks per SM at which the fused forward with gradients takes the mover variant.
@@ -75,7 +79,8 @@ def mover(mode: str, blocks: int, device: torch.device) -> bool:
     Above four blocks per SM two step warps share a scheduler anyway, and the variant
     measured slower at B = 32, N = 1024 in its first form (run 64: 588.5 us against 571.1).
     Never for the fused no-gradient mode.  :data:`FORCE_MOVER` overrides the rule; under the
-    simulator (no SM count) only it turns the variant on."""
+    simulator (no SM count) only it turns the variant on.  The backward's variant is
+    :data:`BACKWARD_MOVER`."""
     if mode == K.FUSED:
         return False
     if FORCE_MOVER is not None:
@@ -483,8 +488,9 @@ def backward(
         s_arg = _View(S, (B, N + M))
     else:
         S = s_arg = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums``: none
-    kern = K.BACKWARD[P.dtype == torch.float32, busy()]
-    _launcher(kern)(B * nb, K.TB, _stream(dev), _flat(P), N, M, g, Gb, s_arg)
+    two = BACKWARD_MOVER
+    kern = K.BACKWARD[P.dtype == torch.float32, busy(), two]
+    _launcher(kern)(B * nb, 3 * K.TB if two else K.TB, _stream(dev), _flat(P), N, M, g, Gb, s_arg)
     launch_counts["backward"] += 1
     return P[:, 1], (S if sums else None)
 
