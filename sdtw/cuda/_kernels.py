@@ -1419,9 +1419,10 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
     *positions* ``M - 1 - j`` for columns.  Item ``g`` writes E of lag group ``q = (g + 3) % 4``
     of position chunk ``cc - 2`` out (``cc = (g + 3) // 4``) and stages that lag group's
     weights of position chunk ``cc``; the timing is the forward's with lag for row.  A column's
-    sum over the band's rows is the same four partial sums added in the one-warp kernel's
-    order, taken one item each and added to ``sums`` after the fourth.  The mover also zeroes
-    the ring first (see below)."""
+    sum over the band's rows is four partial sums, one per item, added to ``sums`` after the
+    fourth: in the one-warp kernel's order for a full band, by lag group for the last, partial
+    one (the one-warp kernel adds its rows one by one there: the same sum, rounded
+    differently).  The mover also zeroes the ring first (see below)."""
     blk_t = float32 if fast else float64
     handoff, flush_rest, poll = _build_handoff(busy)
 
@@ -1445,7 +1446,7 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
     @_device
     def ecol8p(ev_view, blk, pp, jp, M, r0, nr1):
         """:func:`ecell` of the rows ``r0 .. r0 + 7`` up to ``nr1`` (a partial band), their sum
-        in row order."""
+        in row order (the mover's)."""
         cs = 0.0
         for r in range(r0, r0 + G):
             if r <= nr1:
@@ -1513,13 +1514,10 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
                     ecol8(ev_view, blk, pp, jp, M, 16) + ecol8(ev_view, blk, pp, jp, M, 24)
                 )
             else:
-                cs = (
-                    ecol8p(ev_view, blk, pp, jp, M, 0, nr1)
-                    + ecol8p(ev_view, blk, pp, jp, M, 8, nr1)
-                ) + (
-                    ecol8p(ev_view, blk, pp, jp, M, 16, nr1)
-                    + ecol8p(ev_view, blk, pp, jp, M, 24, nr1)
-                )
+                cs = 0.0
+                for r in range(TB):
+                    if r <= nr1:
+                        cs += ecell(ev_view, blk, pp, jp, M, r)
             if want_sums:
                 cuda.atomic.add(sums, (b, N + jp), cs)
 

@@ -54,8 +54,8 @@ def busy() -> bool:
 #: None: :func:`mover`.  ``SDTW_MOVER=0`` / ``1`` in the environment sets it at import.
 FORCE_MOVER: bool | None = {"0": False, "1": True}.get(os.environ.get("SDTW_MOVER", ""))
 #: The backward's mover variant (:func:`sdtw.cuda._kernels._build_backward`): tested against
-#: the one-warp kernel, bit for bit but for the order of floating-point additions into the
-#: column sums, not yet timed on a GPU, so off unless set (``SDTW_BACKWARD_MOVER=1``).
+#: the one-warp kernel (E bit for bit; E's column sums of a partial band rounded in another
+#: order), not yet timed on a GPU, so off unless set (``SDTW_BACKWARD_MOVER=1``).
 BACKWARD_MOVER: bool = os.environ.get("SDTW_BACKWARD_MOVER", "0") == "1"
 
 
