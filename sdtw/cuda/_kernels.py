@@ -1005,8 +1005,8 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
     inputs; float64 inputs get float64 throughout.  ``busy`` selects the boundary-row style
     of a launch with a block or more per SM scheduler (see :func:`_build_handoff`).
 
-    ``mover`` (not for ``"fused"``): blocks of three warps,
-    launched with ``3 TB`` threads.  Warp 0 runs the band's steps as above; warp 1, the
+    ``mover`` (not for ``"fused"``): blocks of three warps, launched with ``3 TB`` threads.
+    Warp 0 runs the band's steps as above; warp 1, the
     *mover*, does the staging of the costs and the write-out of the weights, which the
     one-warp kernel does between its chunks' steps, so that those instructions no longer sit
     on the steps' warp; warp 2 leaves at once.  (It is there for the warp schedulers: with
@@ -1133,8 +1133,9 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
     def item(w0, w1, blk, wup, Xb, Xlo, h, cc, r0, M, Mu, nr1, v, store):
         """The mover's item (see :func:`_build_forward`): row group ``r0 .. r0 + 7`` of
         column chunk ``cc``.  ``v`` holds its costs (from :func:`load8`, two items ago);
-        returns the loads of the item two on (their latency then spans two groups of
-        steps: with one, the mover waited for them and the steps for the mover)."""
+        returns the loads of the item two on, so that their latency spans two groups of
+        steps.  (Loading one item ahead, the first form measured slower, run 64; run 66
+        changed this and added the third warp at once, so their shares are not known.)"""
         # (A row group past the band's last row is not written: its rows would be that
         # row's again, whose slot holds the next chunk's cost by then.)
         jp = (cc - 2) * TW + h
