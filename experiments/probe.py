@@ -509,47 +509,34 @@ def kernels(N: int = 1024, B: int = 32, D: int = 64, steps: int = 5) -> None:
 
 
 def mover_ab(N: int = 512, B: int = 32, D: int = 64, reps: int = 60) -> None:
-    """Whole-step graphs of a fused float32 training step captured with the mover variants
+    """Whole-step graphs of a fused float32 training step (the harness's
+    :func:`experiments.run._graph_step`) warmed up and captured with the mover variants
     (``sdtw.cuda._launch.FORCE_MOVER``, ``BACKWARD_MOVER``) off, on in the forward, and on in
-    both kernels, replayed in turn ``reps`` times (the first 10 of each dropped), each replay
-    timed by CUDA events between synchronisations: the same process and GPU state for all,
-    where separate processes' step times differ by up to ~30 us at N = 512 (runs 62, 67)."""
+    both kernels, then run in turn ``reps`` times (the first 10 of each dropped), each step
+    timed by the harness's CUDA events: the same process and GPU state for all, where
+    separate processes' step times differ by up to ~30 us at N = 512 (runs 62, 67)."""
     import sdtw.cuda
+    from experiments.impls import FORWARD_BACKWARD, IMPLS
+    from experiments.run import _graph_step
     from sdtw.cuda import _launch
 
     sdtw.cuda.set_graphs(False)
-    x = torch.randn(B, N, D, device="cuda", requires_grad=True)
-    y = torch.randn(B, N, D, device="cuda", requires_grad=True)
-
-    def step():
-        x.grad = y.grad = None
-        sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=True).sum().backward()
-
+    x = torch.randn(B, N, D, device="cuda")
+    y = torch.randn(B, N, D, device="cuda")
     cases = {"off": (False, False), "forward": (True, False), "forward+backward": (True, True)}
-    graphs = {}
+    steps = {}
     for name, (fwd, bwd) in cases.items():
         _launch.FORCE_MOVER, _launch.BACKWARD_MOVER = fwd, bwd
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        graphs[name] = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graphs[name]):
-            step()
+        steps[name] = _graph_step(IMPLS["sdtw-fused-graph"], x, y, 1.0, FORWARD_BACKWARD)
+        steps[name]()  # warm-up
+        steps[name]()  # capture (and a replay)
     _launch.FORCE_MOVER, _launch.BACKWARD_MOVER = None, False
     times: dict[str, list[float]] = {name: [] for name in cases}
     for rep in range(reps):
         for name in cases:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            a.record()
-            graphs[name].replay()
-            b.record()
-            torch.cuda.synchronize()
+            ms = _time_ms(steps[name], "cuda")
             if rep >= 10:
-                times[name].append(a.elapsed_time(b) * 1e3)
+                times[name].append(ms * 1e3)
     for name in cases:
         t = sorted(times[name])
         print(

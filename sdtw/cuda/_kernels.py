@@ -307,16 +307,22 @@ _SIM_LOCK = threading.Lock()
 _SIM_WAIT = 300.0
 
 
+def _sim_block_state(name, make):
+    """The current simulated block's object ``name``, made by ``make()`` on first use (kept
+    on the block manager: one per launch, shared by its threads)."""
+    mgr = threading.current_thread()._manager
+    state = mgr.__dict__.get("_sdtw_state")
+    if state is None or name not in state:
+        with _SIM_LOCK:
+            state = mgr.__dict__.setdefault("_sdtw_state", {})
+            if name not in state:
+                state[name] = make()
+    return state[name]
+
+
 def _sim_barrier(name, parties: int):
     """The current simulated block's barrier ``name`` of ``parties`` threads."""
-    mgr = threading.current_thread()._manager
-    bars = mgr.__dict__.get("_sdtw_barriers")
-    if bars is None or name not in bars:
-        with _SIM_LOCK:
-            bars = mgr.__dict__.setdefault("_sdtw_barriers", {})
-            if name not in bars:
-                bars[name] = threading.Barrier(parties, timeout=_SIM_WAIT)
-    return bars[name]
+    return _sim_block_state(name, lambda: threading.Barrier(parties, timeout=_SIM_WAIT))
 
 
 def _sim_one_warp() -> bool:
@@ -337,10 +343,7 @@ def _any_lane_sim(pred):
     t = threading.current_thread()
     if _sim_one_warp():
         return t.syncthreads_or(1 if pred else 0) != 0
-    w = t.threadIdx.x // TB
-    mgr = t._manager
-    with _SIM_LOCK:
-        board = mgr.__dict__.setdefault("_sdtw_votes", {}).setdefault(w, [False] * TB)
+    board = _sim_block_state(("votes", t.threadIdx.x // TB), lambda: [False] * TB)
     board[t.threadIdx.x % TB] = bool(pred)
     _sync_warp_sim()
     out = any(board)
@@ -2087,7 +2090,13 @@ def _build_park(f32: bool, cost: bool = False):
     return park
 
 
-#: Kernels by (mode, float32, busy) and (float32, busy); compiled on first use.
+def threads(mover: bool) -> int:
+    """Threads per block of a DP kernel: one warp, or three with a mover (see
+    :func:`_build_forward`)."""
+    return 3 * TB if mover else TB
+
+
+#: Kernels by (mode, float32, busy, mover) and (float32, busy, mover); compiled on first use.
 _FORWARD_KINDS = ((COST, False), (COST, True), (FUSED, False), (FUSED, True))
 FORWARD = {
     (m, q, busy, False): _build_forward(m, q, busy)

@@ -443,7 +443,7 @@ def forward(
     two = mover(mode, B * nb, dev)
     _launcher(K.FORWARD[mode, fast, busy(), two])(
         B * nb,
-        3 * K.TB if two else K.TB,
+        K.threads(two),
         streams,
         src,
         src2,
@@ -490,7 +490,7 @@ def backward(
         S = s_arg = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums``: none
     two = BACKWARD_MOVER
     kern = K.BACKWARD[P.dtype == torch.float32, busy(), two]
-    _launcher(kern)(B * nb, 3 * K.TB if two else K.TB, _stream(dev), _flat(P), N, M, g, Gb, s_arg)
+    _launcher(kern)(B * nb, K.threads(two), _stream(dev), _flat(P), N, M, g, Gb, s_arg)
     launch_counts["backward"] += 1
     return P[:, 1], (S if sums else None)
 
