@@ -511,7 +511,7 @@ def kernels(N: int = 1024, B: int = 32, D: int = 64, steps: int = 5) -> None:
 def mover_ab(N: int = 512, B: int = 32, D: int = 64, reps: int = 60) -> None:
     """Whole-step graphs of a fused float32 training step (the harness's
     :func:`experiments.run._graph_step`) warmed up and captured with the mover variants
-    (``sdtw.cuda._launch.FORCE_MOVER``, ``BACKWARD_MOVER``) off, on in the forward, and on in
+    (``sdtw.cuda._launch.FORCE_MOVER``, ``FORCE_BACKWARD_MOVER``) off, on in the forward, and on in
     both kernels, then run in turn ``reps`` times (the first 10 of each dropped), each step
     timed by the harness's CUDA events: the same process and GPU state for all, where
     separate processes' step times differ by up to ~30 us at N = 512 (runs 62, 67)."""
@@ -526,11 +526,11 @@ def mover_ab(N: int = 512, B: int = 32, D: int = 64, reps: int = 60) -> None:
     cases = {"off": (False, False), "forward": (True, False), "forward+backward": (True, True)}
     steps = {}
     for name, (fwd, bwd) in cases.items():
-        _launch.FORCE_MOVER, _launch.BACKWARD_MOVER = fwd, bwd
+        _launch.FORCE_MOVER, _launch.FORCE_BACKWARD_MOVER = fwd, bwd
         steps[name] = _graph_step(IMPLS["sdtw-fused-graph"], x, y, 1.0, FORWARD_BACKWARD)
         steps[name]()  # warm-up
         steps[name]()  # capture (and a replay)
-    _launch.FORCE_MOVER, _launch.BACKWARD_MOVER = None, False
+    _launch.FORCE_MOVER = _launch.FORCE_BACKWARD_MOVER = None
     times: dict[str, list[float]] = {name: [] for name in cases}
     for rep in range(reps):
         for name in cases:

@@ -1,7 +1,7 @@
 """Small fused and unfused steps, and fused forwards without gradients, for compute-sanitizer
 (memcheck, racecheck): every kernel (park, the four forward modes, backward), in both the
 *quiet* and the *busy* variant (``sdtw.cuda._launch.busy``), the forward and the backward with
-and without their mover warps (``sdtw.cuda._launch.mover``, ``BACKWARD_MOVER``).
+and without their mover warps (``sdtw.cuda._launch.mover``, ``backward_mover``).
 
 ``compute-sanitizer --tool memcheck python3 -m experiments.sanitize_case [mover]``
 (``mover``: only the mover variants).
@@ -22,7 +22,7 @@ def main() -> None:
     for force, two in ((False, False), (True, False), (False, True), (True, True)):
         if only_mover and not two:
             continue
-        _launch.FORCE_BUSY, _launch.FORCE_MOVER, _launch.BACKWARD_MOVER = force, two, two
+        _launch.FORCE_BUSY, _launch.FORCE_MOVER, _launch.FORCE_BACKWARD_MOVER = force, two, two
         # the park for both (float32: hilo forward; float64: split; D = 20: two passes)
         for fused, D, dtype in (
             (True, 5, torch.float32),
@@ -35,8 +35,7 @@ def main() -> None:
             loss.sum().backward()
             with torch.no_grad():
                 sdtw.softdtw(x, y, gamma=0.1, fused=fused, bandwidth=30, backend="cuda")
-    _launch.FORCE_BUSY = _launch.FORCE_MOVER = None
-    _launch.BACKWARD_MOVER = False
+    _launch.FORCE_BUSY = _launch.FORCE_MOVER = _launch.FORCE_BACKWARD_MOVER = None
     torch.cuda.synchronize()
     print("sanitizer case ok")
 

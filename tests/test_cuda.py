@@ -404,38 +404,45 @@ def test_gpu_float32_accuracy_paper_case(rng, gamma, fused):
 def test_gpu_matches_reference(
     monkeypatch, rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, mover
 ):
-    """Both forward variants (one warp per band; two, with the mover warp) at every case."""
+    """Both variants of the DP kernels (one warp per band; with the mover warp), forward and
+    backward, at every case."""
     from sdtw.cuda import _launch
 
     monkeypatch.setattr(_launch, "FORCE_MOVER", mover)
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", mover)
     _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, "cuda")
 
 
 def test_mover_rule(monkeypatch):
-    """The forward takes the mover variant for the fused float32 forward with gradients at up
-    to four blocks per SM, never for the fused no-gradient forward; FORCE_MOVER overrides the
-    rule, and under the simulator only it turns the variant on.  (SM count and simulator flag
-    faked here.)"""
+    """The forward takes the mover variant for the fused float32 forward with gradients only
+    (never for the fused no-gradient forward); FORCE_MOVER overrides the rule, and under the
+    simulator only it turns the variant on.  The backward takes it for float32 weights;
+    FORCE_BACKWARD_MOVER overrides that likewise.  (Simulator flag faked here.)"""
     from sdtw.cuda import _kernels as K
     from sdtw.cuda import _launch
 
-    dev = torch.device("cuda", 0)
-    monkeypatch.setattr(_launch, "_sm_counts", {0: 132})
     monkeypatch.setattr(_launch, "FORCE_MOVER", None)
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", None)
     monkeypatch.setattr(K, "SIMULATED", False)
-    assert _launch.mover(K.HILO, 512, dev) and _launch.mover(K.HILO, 528, dev)
-    assert not _launch.mover(K.HILO, 529, dev)
+    assert _launch.mover(K.HILO)
     for mode in (K.COST, K.SPLIT, K.FUSED):
-        assert not _launch.mover(mode, 16, dev)
+        assert not _launch.mover(mode)
+    assert _launch.backward_mover(torch.float32)
+    assert not _launch.backward_mover(torch.float64)
     monkeypatch.setattr(_launch, "FORCE_MOVER", True)
-    assert _launch.mover(K.COST, 10**6, dev) and not _launch.mover(K.FUSED, 16, dev)
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
+    assert _launch.mover(K.COST) and not _launch.mover(K.FUSED)
+    assert _launch.backward_mover(torch.float64)
     monkeypatch.setattr(_launch, "FORCE_MOVER", False)
-    assert not _launch.mover(K.HILO, 16, dev)
-    monkeypatch.setattr(K, "SIMULATED", True)  # no SM count there: only FORCE_MOVER
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
+    assert not _launch.mover(K.HILO) and not _launch.backward_mover(torch.float32)
+    monkeypatch.setattr(K, "SIMULATED", True)  # only the overrides turn them on there
     monkeypatch.setattr(_launch, "FORCE_MOVER", True)
-    assert _launch.mover(K.HILO, 16, dev)
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
+    assert _launch.mover(K.HILO) and _launch.backward_mover(torch.float32)
     monkeypatch.setattr(_launch, "FORCE_MOVER", None)
-    assert not _launch.mover(K.HILO, 16, dev)
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", None)
+    assert not _launch.mover(K.HILO) and not _launch.backward_mover(torch.float32)
 
 
 def _check_mover_matches_one_warp(
@@ -448,7 +455,7 @@ def _check_mover_matches_one_warp(
     the bands get there: ``sums_tol`` is their relative tolerance (0: equal)."""
     from sdtw.cuda import _launch
 
-    monkeypatch.setattr(_launch, "BACKWARD_MOVER", False)
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
     for N, M in shapes:
         cost = torch.rand(2, N, M, dtype=dtype, device=device)
         x = randn(rng, 1, N, 3, dtype=dtype, device=device)
@@ -458,7 +465,7 @@ def _check_mover_matches_one_warp(
         for mover in (False, True):
             monkeypatch.setattr(_launch, "FORCE_MOVER", mover)
             if backward:
-                monkeypatch.setattr(_launch, "BACKWARD_MOVER", mover)
+                monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", mover)
             c = cost.clone().requires_grad_()
             v = sdtw.softdtw_from_cost(c, gamma=gamma, backend="cuda")
             (gc,) = torch.autograd.grad(v, c, go)

@@ -176,7 +176,7 @@ def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
         torch.is_inference_mode_enabled(),
         L.FORCE_BUSY,
         L.FORCE_MOVER,
-        L.BACKWARD_MOVER,
+        L.FORCE_BACKWARD_MOVER,
     )
     return (x.shape, y.shape, x.dtype, y.dtype, dev, stream, params, modes)
 

@@ -45,14 +45,15 @@ it: no deadlock whatever order the hardware schedules blocks in, and the CUDA si
 (which runs blocks one at a time) works too.  One launch does the whole forward (two
 when fused with gradients), one the whole backward: launches per step are O(1), not O(N + M).
 
-The fused forward with gradients from float32 inputs, at up to four blocks per SM, gives each
+The fused forward with gradients from float32 inputs gives each
 band a second warp, the *mover*, that stages the costs and writes the weights out while the
 band's warp runs only the steps (see ``mover`` in :func:`_build_forward` and
 :func:`sdtw.cuda._launch.mover`): between the chunks' steps those took about 40% of the
-one-warp forward's time at B = 32, N = 512 (``probe-dev.txt``, run 63).  The backward has the
-same variant (``mover`` in :func:`_build_backward`; its band's warp then issues about half the
-instructions per chunk, by the offline SASS), tested but not yet timed on a GPU: off unless
-``sdtw.cuda._launch.BACKWARD_MOVER`` is set.
+one-warp forward's time at B = 32, N = 512 (``probe-dev.txt``, run 63).  The float32
+backward has the same variant (``mover`` in :func:`_build_backward`; its band's warp then
+issues about half the instructions per chunk, by the offline SASS;
+:func:`sdtw.cuda._launch.backward_mover`): 18% faster at N = 512, 17% at N = 1024 (runs
+70-71).
 
 Accuracy
 --------

@@ -53,45 +53,51 @@ def busy() -> bool:
 #: no-gradient one (tests, probes, the sanitizer case);
 #: None: :func:`mover`.  ``SDTW_MOVER=0`` / ``1`` in the environment sets it at import.
 FORCE_MOVER: bool | None = {"0": False, "1": True}.get(os.environ.get("SDTW_MOVER", ""))
-#: The backward's mover variant (:func:`sdtw.cuda._kernels._build_backward`): tested against
-#: the one-warp kernel (E bit for bit; E's column sums of a partial band rounded in another
-#: order), not yet timed on a GPU, so off unless set (``SDTW_BACKWARD_MOVER=1``).
-BACKWARD_MOVER: bool = os.environ.get("SDTW_BACKWARD_MOVER", "0") == "1"
+#: Force the backward's mover variant on (True) or off (False); None: :func:`backward_mover`.
+#: ``SDTW_BACKWARD_MOVER=0`` / ``1`` in the environment sets it at import.
+FORCE_BACKWARD_MOVER: bool | None = {"0": False, "1": True}.get(
+    os.environ.get("SDTW_BACKWARD_MOVER", "")
+)
 
 
-#: The most blocks per SM at which the fused forward with gradients takes the mover variant.
-MOVER_BLOCKS_PER_SM = 4
+def mover(mode: str) -> bool:
+    """Whether a forward launch in ``mode`` takes the variant with a mover warp per band (it
+    stages the costs and writes the weights out, while the band's own warp runs the steps; see
+    :func:`sdtw.cuda._kernels._build_forward`).
 
-_sm_counts: dict[int, int] = {}
-
-
-def mover(mode: str, blocks: int, device: torch.device) -> bool:
-    """Whether a forward launch of ``blocks`` blocks in ``mode`` takes the variant with a
-    mover warp per band (it stages the costs and writes the weights out, while the band's
-    own warp runs the steps; see :func:`sdtw.cuda._kernels._build_forward`).
-
-    Taken by the fused forward with gradients from float32 inputs (mode ``hilo``) at up to
-    :data:`MOVER_BLOCKS_PER_SM` blocks per SM (B ceil(N / 32) <= 528 on an H200).  At
-    B = 32, N = 512, D = 64 its DP forward took 201.5 us against 223.9 for the one-warp
-    kernel (``probe-dev.txt``, run 66).  The unfused float32 forward (mode ``cost``, whose
-    one-warp staging is cheaper: float32 costs, no word join) got slower with it, 209.3 us
-    against 192.7, and so keeps the one-warp kernel, as do the float64 modes (not measured).
-    Above four blocks per SM two step warps share a scheduler anyway, and the variant
-    measured slower at B = 32, N = 1024 in its first form (run 64: 588.5 us against 571.1).
-    Never for the fused no-gradient mode.  :data:`FORCE_MOVER` overrides the rule; under the
-    simulator (no SM count) only it turns the variant on.  The backward's variant is
-    :data:`BACKWARD_MOVER`."""
+    Taken by the fused forward with gradients from float32 inputs (mode ``hilo``), at every
+    batch size and length.  At B = 32, D = 64 its DP forward took 201.5 us against 223.9 for
+    the one-warp kernel at N = 512 (``probe-dev.txt``, run 66) and 480.8 against 578.6 at
+    N = 1024 (run 71, 8 blocks per SM: an earlier form of the variant, loading one item
+    ahead, had been slower there, run 64).  The unfused float32 forward (mode ``cost``, whose
+    one-warp staging is cheaper: float32 costs, no word join) got slower with it (209.3 us
+    against 192.7 at N = 512, 502.7 against 485.3 at N = 1024), and so keeps the one-warp
+    kernel, as do the float64 modes (not measured).  Never for the fused no-gradient mode.
+    :data:`FORCE_MOVER` overrides the rule; under the simulator only it turns the variant on.
+    The backward's rule is :func:`backward_mover`."""
     if mode == K.FUSED:
         return False
     if FORCE_MOVER is not None:
         return FORCE_MOVER
-    if mode != K.HILO or K.SIMULATED:
-        return False
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    sms = _sm_counts.get(idx)
-    if sms is None:
-        sms = _sm_counts[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return blocks <= MOVER_BLOCKS_PER_SM * sms
+    return mode == K.HILO and not K.SIMULATED
+
+
+def backward_mover(dtype: torch.dtype) -> bool:
+    """Whether the DP backward of a ``dtype`` weight buffer takes the variant with a mover
+    warp per band (it zeroes the ring, stages the weights and the forward's values, and writes
+    E and its column sums out, while the band's warp runs the steps; see
+    :func:`sdtw.cuda._kernels._build_backward`).
+
+    Taken for float32 (both modes: the backward kernel is the same), where at B = 32, D = 64
+    it took the DP backward from 127.9 to 105.1 us at N = 512 (run 70), 326.1 to 271.0 at
+    N = 1024 and 917.4 to 878.7 at N = 2048 (run 71, fused; unfused 916.6 to 854.9).  E is the
+    one-warp kernel's bit for bit; E's column sums of a partial band (fused gradients) are
+    added in another order.  float64 keeps the one-warp kernel (not measured).
+    :data:`FORCE_BACKWARD_MOVER` overrides the rule; under the simulator only it turns the
+    variant on."""
+    if FORCE_BACKWARD_MOVER is not None:
+        return FORCE_BACKWARD_MOVER
+    return dtype == torch.float32 and not K.SIMULATED
 
 
 def _arr(t: torch.Tensor):
@@ -440,7 +446,7 @@ def forward(
         mode, src, src2 = K.FUSED, a, y
     out = torch.empty(B, dtype=a.dtype, device=dev)
     bufs = _boundary(B, nb, M, dev, 2 if spare else 1)
-    two = mover(mode, B * nb, dev)
+    two = mover(mode)
     _launcher(K.FORWARD[mode, fast, busy(), two])(
         B * nb,
         K.threads(two),
@@ -488,7 +494,7 @@ def backward(
         s_arg = _View(S, (B, N + M))
     else:
         S = s_arg = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums``: none
-    two = BACKWARD_MOVER
+    two = backward_mover(P.dtype)
     kern = K.BACKWARD[P.dtype == torch.float32, busy(), two]
     _launcher(kern)(B * nb, K.threads(two), _stream(dev), _flat(P), N, M, g, Gb, s_arg)
     launch_counts["backward"] += 1
