@@ -16,6 +16,8 @@
 # limit per device call, run the sweeps in a second call: SDTW_SKIP_SWEEPS=1 in the first,
 # SDTW_SKIP_TESTS=1 (or SDTW_SKIP_CHECKS=1, with the tests again) in the second; the tests and
 # all six GPU sweeps of our implementations fit in one call (~6.5 minutes, run 46).
+# On a copy of the tree, set SDTW_GIT_SHA (and SDTW_GIT_DIRTY) to the code's commit: the copy's
+# own .git may lag it (see experiments.run).
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUTDIR [SWEEP ...]}
 shift
@@ -35,6 +37,10 @@ limited() {  # limited SECONDS LOG CMD...: run CMD, appending to LOG; note a tim
     [ "$rc" -eq 124 ] && echo "gpu_run.sh: cut after ${secs} s: $*" | tee -a "$log"
     return "$rc"
 }
+if [ -z "${SDTW_GIT_SHA:-}" ]; then
+    echo "gpu_run.sh: warning: SDTW_GIT_SHA is not set, so the CSVs record the SHA of this" \
+        "tree's .git, which in a copy sent to another machine may be stale (run 72)" >&2
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 if [ "${SDTW_SKIP_TESTS:-0}" != 1 ]; then
     limited "${SDTW_T_TESTS:-240}" "$out/tests.log" \

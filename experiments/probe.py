@@ -16,9 +16,10 @@ N = 1024 to run under Nsight Compute (``--ncu-band``: one band's forward, B = 1,
 and from the step's start to its first launch; ``--timeline``: each
 kernel's start and end in a traced training step, and the GPU's gaps;
 ``--busy``: the DP kernels' quiet and busy variants against the number of blocks;
-``--kernels [N]``: each kernel's GPU time in a training step at B = 32, N = 1024 (or N)
-(torch.profiler); ``--trace OUTDIR``: Chrome traces (host and GPU timelines) of a few training
-steps at B = 32, D = 64, N in 128, 512, 1024, one JSON file per case in OUTDIR;
+``--kernels [N] [--float64]``: each kernel's GPU time in a training step at B = 32, N = 1024
+(or N) (torch.profiler; float32 inputs, or float64); ``--trace OUTDIR``: Chrome traces (host
+and GPU timelines) of a few training steps at B = 32, D = 64, N in 128, 512, 1024, one JSON
+file per case in OUTDIR;
 ``--graphs [N]``: eager steps against CUDA-graph replays of the same steps (B = 32,
 N = 512, 1024, 2048 or N);
 ``--mover [N]``: whole-step CUDA-graph replays of a fused float32 training step with the mover
@@ -476,16 +477,20 @@ def ncu_band_case(N: int = 32, M: int = 8192) -> None:
     torch.cuda.synchronize()
 
 
-def kernels(N: int = 1024, B: int = 32, D: int = 64, steps: int = 5) -> None:
+def kernels(
+    N: int = 1024, B: int = 32, D: int = 64, steps: int = 5, dtype: torch.dtype = torch.float32
+) -> None:
     """Each kernel's GPU time in a fused and an unfused training step (torch.profiler, average
     per call over ``steps`` steps after a warm-up), the library's CUDA graphs off: replays of
     them under the profiler measured every kernel 5-20% slower than the same kernels launched
-    eagerly (run 59, N = 512 and 1024), and they add their copies to the list."""
+    eagerly (run 59, N = 512 and 1024), and they add their copies to the list.  Inputs in
+    ``dtype`` (``--kernels N --float64``: float64)."""
     import sdtw.cuda
 
     sdtw.cuda.set_graphs(False)
-    x = torch.randn(B, N, D, device="cuda", requires_grad=True)
-    y = torch.randn(B, N, D, device="cuda", requires_grad=True)
+    x = torch.randn(B, N, D, device="cuda", dtype=dtype, requires_grad=True)
+    y = torch.randn(B, N, D, device="cuda", dtype=dtype, requires_grad=True)
+    tag = "" if dtype == torch.float32 else f" {str(dtype).removeprefix('torch.')}"
     for fused in (True, False):
 
         def step(fused=fused):
@@ -501,10 +506,12 @@ def kernels(N: int = 1024, B: int = 32, D: int = 64, steps: int = 5) -> None:
                 continue
             total += us
             print(
-                f"B={B} N={N} D={D} fused={fused}: {us:8.1f} us per step  {e.key[:70]}", flush=True
+                f"B={B} N={N} D={D}{tag} fused={fused}: {us:8.1f} us per step  {e.key[:70]}",
+                flush=True,
             )
         print(
-            f"B={B} N={N} D={D} fused={fused}: {total:8.1f} us per step  (all kernels)", flush=True
+            f"B={B} N={N} D={D}{tag} fused={fused}: {total:8.1f} us per step  (all kernels)",
+            flush=True,
         )
 
 
@@ -685,7 +692,10 @@ def main() -> None:
     }
     for flag, (probe, takes_n) in modes.items():
         if flag in sys.argv:
-            probe(**(number_after(flag) if takes_n else {}))
+            kwargs = number_after(flag) if takes_n else {}
+            if flag == "--kernels" and "--float64" in sys.argv:
+                kwargs["dtype"] = torch.float64
+            probe(**kwargs)
             return
     if "--trace" in sys.argv:
         trace(sys.argv[sys.argv.index("--trace") + 1])
