@@ -416,7 +416,7 @@ def test_gpu_matches_reference(
 def test_mover_rule(monkeypatch):
     """The forward takes the mover variant for the fused float32 forward with gradients only
     (never for the fused no-gradient forward); FORCE_MOVER overrides the rule, and under the
-    simulator only it turns the variant on.  The backward takes it for float32 weights;
+    simulator only it turns the variant on.  The backward takes it on a GPU;
     FORCE_BACKWARD_MOVER overrides that likewise.  (Simulator flag faked here.)"""
     from sdtw.cuda import _kernels as K
     from sdtw.cuda import _launch
@@ -427,22 +427,20 @@ def test_mover_rule(monkeypatch):
     assert _launch.mover(K.HILO)
     for mode in (K.COST, K.SPLIT, K.FUSED):
         assert not _launch.mover(mode)
-    assert _launch.backward_mover(torch.float32)
-    assert not _launch.backward_mover(torch.float64)
+    assert _launch.backward_mover()
     monkeypatch.setattr(_launch, "FORCE_MOVER", True)
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
     assert _launch.mover(K.COST) and not _launch.mover(K.FUSED)
-    assert _launch.backward_mover(torch.float64)
     monkeypatch.setattr(_launch, "FORCE_MOVER", False)
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
-    assert not _launch.mover(K.HILO) and not _launch.backward_mover(torch.float32)
+    assert not _launch.mover(K.HILO) and not _launch.backward_mover()
     monkeypatch.setattr(K, "SIMULATED", True)  # only the overrides turn them on there
     monkeypatch.setattr(_launch, "FORCE_MOVER", True)
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
-    assert _launch.mover(K.HILO) and _launch.backward_mover(torch.float32)
+    assert _launch.mover(K.HILO) and _launch.backward_mover()
     monkeypatch.setattr(_launch, "FORCE_MOVER", None)
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", None)
-    assert not _launch.mover(K.HILO) and not _launch.backward_mover(torch.float32)
+    assert not _launch.mover(K.HILO) and not _launch.backward_mover()
 
 
 def _check_mover_matches_one_warp(

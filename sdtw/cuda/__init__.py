@@ -55,7 +55,7 @@ and M: fused, three Numba kernels (park, DP forward, DP backward), all in the fo
 unfused from x and y, three likewise (:func:`sqeuclidean_cost`'s park kernel writing the
 cost, then the DP forward and backward); from a cost tensor, one in the forward and one in
 the backward.  The DP kernels run one warp per band of 32 rows; the fused float32 forward with
-gradients and the float32 backward a second warp per band as well, that stages the
+gradients and the backward a second warp per band as well, that stages the
 distances or weights and writes the weights or E out (:func:`sdtw.cuda._launch.mover`,
 :func:`sdtw.cuda._launch.backward_mover`; the same results, bit for bit but for the rounding
 order of E's column sums on partial bands).

@@ -49,11 +49,10 @@ The fused forward with gradients from float32 inputs gives each
 band a second warp, the *mover*, that stages the costs and writes the weights out while the
 band's warp runs only the steps (see ``mover`` in :func:`_build_forward` and
 :func:`sdtw.cuda._launch.mover`): between the chunks' steps those took about 40% of the
-one-warp forward's time at B = 32, N = 512 (``probe-dev.txt``, run 63).  The float32
-backward has the same variant (``mover`` in :func:`_build_backward`; its band's warp then
-issues about half the instructions per chunk, by the offline SASS;
-:func:`sdtw.cuda._launch.backward_mover`): 18% faster at N = 512, 17% at N = 1024 (runs
-70-71).
+one-warp forward's time at B = 32, N = 512 (``probe-dev.txt``, run 63).  The backward
+has the same variant (``mover`` in :func:`_build_backward`; its band's warp then issues about
+half the instructions per chunk, by the offline SASS; :func:`sdtw.cuda._launch.backward_mover`),
+on a GPU in both dtypes: float32 18% faster at N = 512, 17% at N = 1024 (runs 70-71).
 
 Accuracy
 --------

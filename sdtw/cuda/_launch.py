@@ -72,7 +72,9 @@ def mover(mode: str) -> bool:
     ahead, had been slower there, run 64).  The unfused float32 forward (mode ``cost``, whose
     one-warp staging is cheaper: float32 costs, no word join) got slower with it (209.3 us
     against 192.7 at N = 512, 502.7 against 485.3 at N = 1024), and so keeps the one-warp
-    kernel, as do the float64 modes (not measured).  Never for the fused no-gradient mode.
+    kernel, as do the float64 modes, whose forward is bound by its float64 arithmetic: with
+    the mover 2054 against 1918 us at N = 512 and 5523 against 5852 at N = 1024, fused
+    (run 74).  Never for the fused no-gradient mode.
     :data:`FORCE_MOVER` overrides the rule; under the simulator only it turns the variant on.
     The backward's rule is :func:`backward_mover`."""
     if mode == K.FUSED:
@@ -82,22 +84,22 @@ def mover(mode: str) -> bool:
     return mode == K.HILO and not K.SIMULATED
 
 
-def backward_mover(dtype: torch.dtype) -> bool:
-    """Whether the DP backward of a ``dtype`` weight buffer takes the variant with a mover
-    warp per band (it zeroes the ring, stages the weights and the forward's values, and writes
-    E and its column sums out, while the band's warp runs the steps; see
-    :func:`sdtw.cuda._kernels._build_backward`).
+def backward_mover() -> bool:
+    """Whether the DP backward takes the variant with a mover warp per band (it zeroes the
+    ring, stages the weights and the forward's values, and writes E and its column sums out,
+    while the band's warp runs the steps; see :func:`sdtw.cuda._kernels._build_backward`).
 
-    Taken for float32 (both modes: the backward kernel is the same), where at B = 32, D = 64
-    it took the DP backward from 127.9 to 105.1 us at N = 512 (run 70), 326.1 to 271.0 at
-    N = 1024 and 917.4 to 878.7 at N = 2048 (run 71, fused; unfused 916.6 to 854.9).  E is the
-    one-warp kernel's bit for bit; E's column sums of a partial band (fused gradients) are
-    added in another order.  float64 keeps the one-warp kernel (not measured).
+    Taken on a GPU for both dtypes and both modes (the backward kernel is the same).  At
+    B = 32, D = 64 it took the float32 DP backward from 127.9 to 105.1 us at N = 512
+    (``probe-dev.txt``, run 70), 326.1 to 271.0 at N = 1024 and 917.4 to 878.7 at N = 2048
+    (run 71, fused; unfused 916.6 to 854.9), and the float64 one from 149.5 to 118.7 us at
+    N = 512 and 399.4 to 398.1 at N = 1024 (run 74).  E is the one-warp kernel's bit for bit;
+    E's column sums of a partial band (fused gradients) are added in another order.
     :data:`FORCE_BACKWARD_MOVER` overrides the rule; under the simulator only it turns the
     variant on."""
     if FORCE_BACKWARD_MOVER is not None:
         return FORCE_BACKWARD_MOVER
-    return dtype == torch.float32 and not K.SIMULATED
+    return not K.SIMULATED
 
 
 def _arr(t: torch.Tensor):
@@ -494,7 +496,7 @@ def backward(
         s_arg = _View(S, (B, N + M))
     else:
         S = s_arg = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums``: none
-    two = backward_mover(P.dtype)
+    two = backward_mover()
     kern = K.BACKWARD[P.dtype == torch.float32, busy(), two]
     _launcher(kern)(B * nb, K.threads(two), _stream(dev), _flat(P), N, M, g, Gb, s_arg)
     launch_counts["backward"] += 1
