@@ -56,6 +56,11 @@ KERNELS = {
         "f4[::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
         None,
     ),
+    "forward-cost32-mover": (
+        "FORWARD",
+        "f4[::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
+        None,
+    ),
     "backward32": ("BACKWARD", "f4[::1], i8, i8, f4[::1], i8[::1], f4[:, ::1]", None),
     "backward32-mover": ("BACKWARD", "f4[::1], i8, i8, f4[::1], i8[::1], f4[:, ::1]", None),
 }
@@ -65,6 +70,7 @@ _KEYS = {
     "forward-hilo": ("hilo", True, True, False),
     "forward-hilo-mover": ("hilo", True, True, True),
     "forward-cost32": ("cost", True, True, False),
+    "forward-cost32-mover": ("cost", True, True, True),
     "backward32": (True, True, False),
     "backward32-mover": (True, True, True),
 }
