@@ -61,16 +61,22 @@ KERNELS = {
         "f4[::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
         None,
     ),
+    "forward-cost64": (
+        "FORWARD",
+        "f8[::1], f8[:, :, ::1], i8, i8, i8, f8, i8, i8, f8[::1], i8[::1], f8[::1], b1",
+        None,
+    ),
     "backward32": ("BACKWARD", "f4[::1], i8, i8, f4[::1], i8[::1], f4[:, ::1]", None),
     "backward32-mover": ("BACKWARD", "f4[::1], i8, i8, f4[::1], i8[::1], f4[:, ::1]", None),
 }
-#: The key of the kernels stored in a dict (float32, the busy variant: what a GPU runs).
+#: The key of the kernels stored in a dict (the busy variant: what a GPU runs).
 _KEYS = {
     "cost-park32": True,
     "forward-hilo": ("hilo", True, True, False),
     "forward-hilo-mover": ("hilo", True, True, True),
     "forward-cost32": ("cost", True, True, False),
     "forward-cost32-mover": ("cost", True, True, True),
+    "forward-cost64": ("cost", False, True, False),
     "backward32": (True, True, False),
     "backward32-mover": (True, True, True),
 }

@@ -6,8 +6,10 @@ tiny sizes: the simulator is slow); ``cuda`` tests run on a GPU and skip cleanly
 
 from __future__ import annotations
 
+import math
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -185,8 +187,6 @@ def test_launch_parameter_buffer():
     import struct
     import threading
 
-    import numpy as np
-
     from sdtw.cuda import _launch
 
     t = torch.zeros(2, 3, dtype=torch.float32)
@@ -335,6 +335,94 @@ def test_sim_nan_propagates(rng, fused):
 @pytest.mark.parametrize("fused", [True, False])
 def test_gpu_nan_propagates(rng, fused):
     _check_nan_propagates(rng, "cuda", fused, 40, 33)
+
+
+def _exact_softmin3(r_diag, r_left, up, cost):
+    """``cost + softmin`` (scaled, base 2) and the diagonal and upper weights, in float64
+    relative to the minimum of all three (the textbook form), for finite inputs."""
+    m = min(r_diag, r_left, up)
+    w = [2.0 ** (m - v) for v in (r_diag, up, r_left)]
+    s = sum(w)
+    return cost + m - math.log2(s), w[0] / s, w[1] / s
+
+
+@requires_sim
+@pytest.mark.cudasim
+@pytest.mark.parametrize("fast", [False, True])
+def test_sim_softmin3_against_exact(rng, fast):
+    """The DP step's soft-min (the diagonal and left terms relative to the smaller of the two,
+    the upper value through one exponent of -|t|) against the textbook form on fresh triples
+    of either order and gaps up to ~200, and its +inf / NaN / invalid-cell cases."""
+    from sdtw.cuda import _kernels as K
+
+    f64 = np.float64
+    softmin = K._softmin3_fast if fast else K._softmin3
+
+    def call(r_diag, r_left, up, cost, ok=True):
+        m2 = K._min2(f64(r_diag), f64(r_left))
+        mm2 = K._min2(K._min2(f64(r_diag), K.BIG), f64(r_left))
+        r, pd, pu = softmin(f64(r_diag), f64(r_left), m2, mm2, f64(up), f64(cost), ok)
+        return float(r), float(pd), float(pu)
+
+    # float32: exponents rounded to float32 (a weight's relative error a few 1e-7 times its
+    # exponent), log2 of a sum in [1, 3] to ~2e-7 (scaled units)
+    tol_r, tol_w = (1e-6, 1e-6) if fast else (1e-12, 1e-15)
+    base = rng.uniform(-1e4, 1e4, 400)
+    gaps = rng.uniform(-100.0, 100.0, (400, 3)) * rng.choice([0.01, 0.1, 1.0, 2.0], (400, 1))
+    for b, (gd, gu, gl) in zip(base, gaps, strict=True):
+        r_diag, up, r_left = b + gd, b + gu, b + gl
+        cost = rng.uniform(0.0, 100.0)
+        r, pd, pu = call(r_diag, r_left, up, cost)
+        er, ed, eu = _exact_softmin3(r_diag, r_left, up, cost)
+        assert abs(r - er) <= tol_r + 1e-15 * abs(er), (r_diag, r_left, up, r, er)
+        assert abs(pd - ed) <= tol_w and abs(pu - eu) <= tol_w, (r_diag, r_left, up)
+        assert 0.0 <= pd <= 1.0 and 0.0 <= pu <= 1.0 and pd + pu <= 1.0 + tol_w
+
+    inf, nan = math.inf, math.nan
+    assert call(inf, inf, inf, 1.0) == (inf, 0.0, 0.0)  # unreachable
+    assert call(inf, inf, 5.0, 1.0) == (6.0, 0.0, 1.0)  # from above only
+    assert call(inf, 3.0, inf, 1.0) == (4.0, 0.0, 0.0)  # from the left only
+    assert call(3.0, inf, inf, 1.0) == (4.0, 1.0, 0.0)  # diagonal only
+    for args in ((nan, 1.0, 2.0), (1.0, nan, 2.0), (1.0, 2.0, nan), (inf, nan, 2.0)):
+        assert math.isnan(call(*args, 1.0)[0]), args
+        assert math.isnan(call(args[0], args[1], args[2] - 100.0, 1.0)[0]), args  # up smallest
+    assert math.isnan(call(1.0, 2.0, 3.0, nan)[0])
+    for args in ((1.0, 2.0, 3.0, 1.0), (nan, nan, nan, nan), (inf, inf, 1.0, 1.0)):
+        assert call(*args, ok=False) == (inf, 0.0, 0.0), args
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_softmin_accuracy_script_emulates_the_kernel(rng):
+    """``experiments.softmin_accuracy``'s numpy form of the float32 step is the kernel's: the
+    same values and weights (to float32 rounding of its exponentials) on fresh triples with
+    +inf among them, so the accuracy it reports is the kernel's arithmetic."""
+    from experiments import softmin_accuracy as S
+    from sdtw.cuda import _kernels as K
+
+    assert S.BIG == K.BIG
+    v = rng.uniform(-50.0, 50.0, (3, 300))
+    v[:, :30] = math.inf
+    v[0, 30:60] = v[2, 60:90] = math.inf
+    rng.shuffle(v, axis=1)
+    rd, rl, up = v
+    cost = rng.uniform(0.0, 10.0, 300)
+    got = np.array(
+        [
+            K._softmin3_fast(
+                *(
+                    np.float64(a)
+                    for a in (d, left, K._min2(d, left), K._min2(K._min2(d, K.BIG), left))
+                ),
+                np.float64(u),
+                np.float64(c),
+                True,
+            )
+            for d, left, u, c in zip(rd, rl, up, cost, strict=True)
+        ]
+    ).T
+    want = np.array(S.after(rd, rl, up, cost), dtype=np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 @requires_sim

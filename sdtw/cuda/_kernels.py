@@ -14,8 +14,10 @@ it is kept short:
 * the DP runs in scaled base-2 units (``R log2(e) / gamma``), so the exponentials and the
   logarithm are the bare ``ex2``/``lg2``/``rcp`` instructions (inline PTX, flush-to-zero: no
   denormal fix-ups) with no multiply by ``1 / gamma`` on the chain;
-* only the upper neighbour (the shuffled value) is on the chain: the minimum of the other two
-  is formed a step early, and an unreachable cell (all three ``+inf``) needs no branch;
+* only the upper neighbour (the shuffled value) is on the chain: the sum of exponentials is
+  taken relative to the smaller of the other two, whose terms are formed while the upper
+  value travels, so one ``ex2``, one add and one ``lg2`` wait for it; an unreachable cell
+  (all three ``+inf``) needs no branch;
 * steps are unrolled by hand in groups of ``G`` = 8, and row ``r`` keeps column ``j`` in ring
   slot ``(j + r) % 64`` (``= s % 64``, the same for every lane at a step), so a group's shared
   memory accesses are one base register plus constant offsets;
@@ -89,6 +91,7 @@ import math
 import os
 import threading
 
+import numpy as np
 from numba import cuda, float32, float64, int32, int64, uint32, uint64
 from numba.cuda import libdevice
 
@@ -194,49 +197,79 @@ def _min2(a, b):
 # becomes ``m' - log2(sum)``: no multiply by 1/gamma on the step's dependency chain.  The
 # kernel scales the value back once per pair (``R = R' gamma ln 2``).
 #
-# A step gets ``m2 = min(r_diag, r_left)`` and ``mm2 = min(m2, BIG)`` precomputed (both are
-# known a step early), so only the upper value, which arrives by shuffle, is on the chain:
-# ``m = min(m2, up)``; the exponents use ``mm = min(mm2, up)``, which is ``m`` unless all three
-# are ``+inf`` (an unreachable cell), where it is ``BIG`` so that each ``2^{mm - r}`` is 0
-# instead of NaN and the sum is bumped to 1 (value ``+inf``, weights 0).  A NaN anywhere
-# reaches the sum and so the value (a NaN ``r_diag`` makes ``m`` NaN directly).
+# A step's dependency chain runs from the upper value, which arrives from the lane above by
+# shuffle, to this cell's value, which goes to the lane below.  The diagonal and left values
+# are older (this lane's value of the step before, and the upper value of the step before), so
+# their part of the sum is formed while the upper value travels, relative to the smaller of the
+# two, ``m2 = min(r_diag, r_left)``:
+#
+#     a = 2^{m2 - r_diag} + 2^{m2 - r_left} = 1 + 2^{m2 - max(r_diag, r_left)}  in [1, 2].
+#
+# With ``t = m2 - up``, the sum relative to the minimum of all three is then ``a + 2^t`` (the
+# upper value is not the smallest, ``t <= 0``) or ``1 + a 2^-t`` (it is, ``t > 0``): one
+# exponent of ``-|t|`` and one add on the chain, then ``log2``.  Every exponent is <= 0 and the
+# sum lies in [1, 3], as in the textbook form; only ``min(m2, up)`` and the other two
+# exponents no longer wait for the upper value (in float32 three conversions and three ``ex2``
+# queued on one pipe before: probe-dev.txt, before run 75).  ``experiments.softmin_accuracy``
+# emulates both forms in numpy: the same errors against float64.
+#
+# ``mm2 = min(m2, BIG)`` stands in for ``m2`` in the exponents: where ``r_diag`` and ``r_left``
+# are both ``+inf`` it is ``BIG``, so ``a = 1`` and a finite upper value gives ``t > 0`` (value
+# ``cost + up``, weights (0, 1)), an infinite one ``2^t = 0`` (value ``+inf``, weights 0: an
+# unreachable cell), never ``inf - inf``.  A NaN anywhere reaches the sum and so the value (a
+# NaN ``r_diag`` makes ``m2`` NaN directly).
 BIG = 1e300
 
 
 @_device
-def _softmin3(r_diag, r_left, m2, mm2, up, cost):
+def _softmin3(r_diag, r_left, m2, mm2, up, cost, ok):
     """``cost + softmin(r_diag, up, r_left)`` (scaled, base 2) and the diagonal and upper
-    weights, float64 math."""
-    m = _min2(m2, up)
-    mm = _min2(mm2, up)
-    ed = math.exp2(mm - r_diag)
-    eu = math.exp2(mm - up)
-    el = math.exp2(mm - r_left)
-    s = (ed + eu) + (el + (0.0 if m != INF else 1.0))
+    weights, float64 math (see the note above); ``(+inf, 0, 0)`` where not ``ok``."""
+    lt = r_left < r_diag
+    e = math.exp2(mm2 - (r_diag if lt else r_left))  # the larger one's term (0: both +inf)
+    a = 1.0 + e
+    a_d = 0.0 if m2 == INF else (e if lt else 1.0)
+    c2 = cost + m2
+    cu = cost + up
+    t = mm2 - up  # the chain: t, 2^-|t|, the sum, its log2
+    low = t > 0.0  # the upper value is the smallest
+    x = math.exp2(-abs(t))
+    s = (a if low else 1.0) * x + (1.0 if low else a)  # one fused multiply-add on the chain
     inv_s = 1.0 / s
-    return (cost + m) - math.log2(s), ed * inv_s, eu * inv_s
+    r = (cu if low else c2) - math.log2(s)
+    pd = a_d * (x if low else 1.0) * inv_s
+    pu = (1.0 if low else x) * inv_s
+    return (r, pd, pu) if ok else (INF, 0.0, 0.0)
 
 
 @_device
-def _softmin3_fast(r_diag, r_left, m2, mm2, up, cost):
+def _softmin3_fast(r_diag, r_left, m2, mm2, up, cost, ok):
     """As :func:`_softmin3`, with float32 hardware ``ex2``/``lg2`` of the float64 *differences*.
 
-    The difference ``mm - r_k <= 0`` is formed in float64 and rounded to float32, so each
-    weight has a relative error of a few 1e-7 times the exponent (a large exponent means a
-    weight below ~1e-30), not an absolute error that grows with ``R``; ``log2(s)`` with ``s``
-    in [1, 3] is good to ~2e-7 absolute.  R itself stays float64; the weights are float32
-    (what a float32 step stores).  ``ex2``/``lg2``/``rcp`` are the bare approximate
-    instructions (flush-to-zero: a weight below 2^-126 is 0), issued as inline PTX so that no
-    denormal fix-ups sit on the step's dependency chain.
+    The differences are formed in float64 and rounded to float32, so a weight has a relative
+    error of a few 1e-7 times its exponent, not an absolute error that grows with ``R``;
+    ``log2`` of the sum (in [1, 3]) is good to ~2e-7 absolute.  R itself stays float64; the
+    weights are float32 (what a float32 step stores).  ``ex2``/``lg2``/``rcp`` are the bare
+    approximate instructions (flush-to-zero: a weight below 2^-126 is 0), issued as inline PTX
+    so that no denormal fix-ups sit on the step's dependency chain.
     """
-    m = _min2(m2, up)
-    mm = _min2(mm2, up)
-    ed = exp2(float32(mm - r_diag))
-    eu = exp2(float32(mm - up))
-    el = exp2(float32(mm - r_left))
-    s = (ed + eu) + (el + (float32(0.0) if m != INF else float32(1.0)))
+    one = float32(1.0)
+    zero = float32(0.0)
+    lt = r_left < r_diag
+    e = exp2(narrow(mm2 - (r_diag if lt else r_left)))  # the larger one's term (0: both +inf)
+    a = one + e
+    a_d = zero if m2 == INF else (e if lt else one)
+    c2 = cost + m2
+    cu = cost + up
+    t = mm2 - up  # the chain: t, 2^-|t|, the sum, its log2
+    low = t > 0.0  # the upper value is the smallest
+    x = exp2(-abs(narrow(t)))
+    s = (a if low else one) * x + (one if low else a)  # one fused multiply-add on the chain
     inv_s = fast_rcp(s)
-    return (cost + m) - float64(log2(s)), ed * inv_s, eu * inv_s
+    r = (cu if low else c2) - float64(log2(s))
+    pd = a_d * (x if low else one) * inv_s
+    pu = (one if low else x) * inv_s
+    return (r, pd, pu) if ok else (INF, zero, zero)
 
 
 def _ptx_unary_f32(name: str, instruction: str):
@@ -257,7 +290,17 @@ def _ptx_unary_f32(name: str, instruction: str):
 
 
 def _exp2_sim(x):
+    """``ex2.approx.ftz.f32``: NaN stays NaN, a result below 2^-126 is 0."""
+    if x != x:
+        return float32(x)
     return float32(2.0**x) if x > -126.0 else float32(0.0)
+
+
+def _narrow_sim(x):
+    """``float32(x)`` of a float64, as the GPU's conversion: +-inf past float32's range (numpy
+    warns there)."""
+    with np.errstate(over="ignore"):
+        return np.float32(x)
 
 
 def _log2_sim(x):
@@ -269,8 +312,9 @@ def _rcp_sim(x):
 
 
 if SIMULATED:
-    exp2, log2, fast_rcp = _exp2_sim, _log2_sim, _rcp_sim
+    exp2, log2, fast_rcp, narrow = _exp2_sim, _log2_sim, _rcp_sim, _narrow_sim
 else:
+    narrow = float32
     exp2 = _ptx_unary_f32("ex2", "ex2.approx.ftz.f32")
     log2 = _ptx_unary_f32("lg2", "lg2.approx.ftz.f32")
     fast_rcp = _ptx_unary_f32("rcp", "rcp.approx.ftz.f32")
@@ -1041,7 +1085,6 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
     # resident blocks per SM.  Fused distances are float64: the float64 block.
     blk_t = float32 if (fast and mode == COST) else float64
     w_t = float32 if fast else float64  # the upper weights' own block (half size when fast)
-    zero = blk_t(0)
     packed = fast and blk_t == float64  # float32 p_diag kept as its bits (see pack_f32)
 
     @_device
@@ -1069,14 +1112,16 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
             cost = blk[rowb + sl]  # already scaled
         else:
             cost = float64(blk[rowb + sl]) * scale
-        m2 = _min2(r_diag, r_left)  # off the chain: known a step early
-        mm2 = _min2(m2, BIG)
+        # Off the chain, while the upper value travels: r_left is this lane's value of the
+        # step before, r_diag its upper value then (so min(r_diag, BIG) is older still, and
+        # mm2 = min(m2, BIG) is one comparison after r_left, alongside m2's).
+        m2 = _min2(r_diag, r_left)
+        mm2 = _min2(_min2(r_diag, BIG), r_left)
         up = top if tid == 0 else up_next
-        rv, pd, pu = softmin3(r_diag, r_left, m2, mm2, up, cost)
         ok = below(s - lead, width)
-        r = rv if ok else INF
-        blk[rowb + sl] = put_pd(pd) if ok else zero
-        wup[rowb + sl] = w_t(pu) if ok else w_t(0.0)
+        r, pd, pu = softmin3(r_diag, r_left, m2, mm2, up, cost, ok)  # (inf, 0, 0) where not ok
+        blk[rowb + sl] = put_pd(pd)
+        wup[rowb + sl] = w_t(pu)
         # The publishing lane's value (this lane's column s - tid; see _build_handoff): into
         # its shared ring (the other lanes to spare slots of their own), and, busy, to the
         # boundary row (a predicated store: no branch).

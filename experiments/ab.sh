@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# A/B of two versions of the kernels on one GPU, in one device call: python -m experiments.probe
+# --kernels N (each kernel's GPU time in a B = 32, D = 64 training step, torch.profiler) under the
+# other version's sdtw/ and under this tree's, alternating, ROUNDS times each (default 2), so
+# that both versions see the same machine and clocks.  Only the sdtw package comes from
+# OLD_TREE; the probe and the rest are this tree's (the probe must still run against the old
+# package's API).
+# Usage: bash experiments/ab.sh OLD_TREE N [N ...]
+#   OLD_TREE: a folder holding the other version's sdtw/, e.g.
+#     mkdir -p _ab && git archive cdb64ea sdtw | tar -x -C _ab
+#   (an untracked folder that git does not ignore travels with the tree to the device).
+# Prints the DP kernels' and the whole step's lines, tagged "A" (OLD_TREE) and "B" (this tree).
+# Extra environment (SDTW_MOVER, SDTW_BACKWARD_MOVER, SDTW_CUDA_GRAPHS=0, ...) applies to both.
+set -uo pipefail
+old=${1:?usage: ab.sh OLD_TREE N [N ...]}
+shift
+[ $# -ge 1 ] || { echo "usage: ab.sh OLD_TREE N [N ...]" >&2; exit 2; }
+[ -d "$old/sdtw" ] || { echo "ab.sh: $old has no sdtw/ package" >&2; exit 2; }
+export PYTHONUNBUFFERED=1
+# Side A runs in a folder of links to this tree's top-level entries but with OLD_TREE's sdtw/
+# (python -m puts the working folder first on sys.path, ahead of PYTHONPATH).
+old=$(cd "$old" && pwd)
+here=$(pwd)
+side_a=$(mktemp -d)
+for f in "$here"/*; do
+    [ "$(basename "$f")" = sdtw ] || ln -s "$f" "$side_a/"
+done
+ln -s "$old/sdtw" "$side_a/sdtw"
+log=$(mktemp)
+status=0
+for n in "$@"; do
+    for round in $(seq "${ROUNDS:-2}"); do
+        for side in A B; do
+            if [ "$side" = A ]; then dir=$side_a; else dir=$here; fi
+            (cd "$dir" && PYTHONPATH=. python3 -m experiments.probe --kernels "$n") > "$log" 2>&1 ||
+                { status=1; tail -2 "$log" | sed "s/^/$side round $round: /"; }
+            grep -E "^B=.*(forward|backward|all kernels)" "$log" |
+                sed -e "s/^/$side round $round: /" \
+                    -e 's/\(us per step  sdtw::cuda::_kernels::_build_[a-z]*\).*/\1/'
+        done
+    done
+done
+rm -rf "$side_a" "$log"
+exit "$status"
