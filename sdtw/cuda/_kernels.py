@@ -311,10 +311,15 @@ def _rcp_sim(x):
     return float32(1.0) / x
 
 
+def _fma_sim(a, b, c):
+    return a * b + c  # (rounded twice: the simulator's results are not bit for bit the GPU's)
+
+
 if SIMULATED:
     exp2, log2, fast_rcp, narrow = _exp2_sim, _log2_sim, _rcp_sim, _narrow_sim
+    fma = _fma_sim
 else:
-    narrow = float32
+    narrow, fma = float32, libdevice.fma
     exp2 = _ptx_unary_f32("ex2", "ex2.approx.ftz.f32")
     log2 = _ptx_unary_f32("lg2", "lg2.approx.ftz.f32")
     fast_rcp = _ptx_unary_f32("rcp", "rcp.approx.ftz.f32")
@@ -1588,7 +1593,10 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
         pu = float64(blk[PO1 + rowb + sl])
         e = e_left + inc if ok else 0.0
         blk[PO1 + rowb + sl] = blk_t(e)
-        v = e * pu + d_prev
+        # (an explicit fma: contracted by the compiler, e * pu + d_prev became a multiply
+        # on the chain and d_prev's own multiply fused into the add, one DMUL more
+        # between the shuffles; offline SASS)
+        v = fma(e, pu, d_prev)
         e_left = e * (1.0 - pd - pu) if ok else e_left
         pubs, hand, own, _, M = pb
         if busy:  # (nothing reads the shared ring then; see the forward's step)
