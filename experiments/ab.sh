@@ -10,7 +10,8 @@
 #     mkdir -p _ab && git archive cdb64ea sdtw | tar -x -C _ab
 #   (an untracked folder that git does not ignore travels with the tree to the device).
 # Prints the DP kernels' and the whole step's lines, tagged "A" (OLD_TREE) and "B" (this tree).
-# Extra environment (SDTW_MOVER, SDTW_BACKWARD_MOVER, SDTW_CUDA_GRAPHS=0, ...) applies to both.
+# Extra environment (SDTW_MOVER, SDTW_BACKWARD_MOVER, SDTW_CUDA_GRAPHS=0, ...) applies to both;
+# AB_FLAGS adds probe flags (AB_FLAGS=--float64: float64 inputs).
 set -uo pipefail
 old=${1:?usage: ab.sh OLD_TREE N [N ...]}
 shift
@@ -32,7 +33,9 @@ for n in "$@"; do
     for round in $(seq "${ROUNDS:-2}"); do
         for side in A B; do
             if [ "$side" = A ]; then dir=$side_a; else dir=$here; fi
-            (cd "$dir" && PYTHONPATH=. python3 -m experiments.probe --kernels "$n") > "$log" 2>&1 ||
+            # shellcheck disable=SC2086
+            (cd "$dir" && PYTHONPATH=. python3 -m experiments.probe --kernels "$n" ${AB_FLAGS:-}) \
+                > "$log" 2>&1 ||
                 { status=1; tail -2 "$log" | sed "s/^/$side round $round: /"; }
             grep -E "^B=.*(forward|backward|all kernels)" "$log" |
                 sed -e "s/^/$side round $round: /" \
