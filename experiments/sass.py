@@ -6,12 +6,18 @@ Usage
 ::
 
     python -m experiments.sass [KERNEL ...] [--cc 90] [--max-regs N] [--out DIR] [--list]
+    python -m experiments.sass --compile-all [--cc 90]
 
 Numba compiles the kernel's PTX for compute capability ``--cc`` on the CPU (its NVVM needs no
 driver), ``ptxas`` assembles it (``-v``: registers, spills, shared memory) and ``nvdisasm``
 disassembles the cubin.  Printed per kernel: ptxas' resource line, the static instruction
 count by opcode, and for each loop (a label that a later branch jumps back to) its body's
 opcodes, the part a kernel's time is made of.  ``--out`` keeps the PTX and SASS.
+
+``--compile-all`` compiles the PTX of every kernel variant a GPU may compile (each DP variant
+of ``FORWARD`` and ``BACKWARD``, the park kernels) in worker processes, and says which failed:
+the simulator runs the kernels as Python, so Numba's typing of the device code and NVVM only
+ever see a variant here or on a GPU (a test runs it).  It needs NVVM only, not ``ptxas``.
 
 This is how the park kernel's k loop was found to spend ~45 of its ~100 instructions per 8
 mma on 64-bit index arithmetic (``probe-dev.txt``, before run 59).  Static counts are not
@@ -144,6 +150,74 @@ def ptx_of(kernel: str, cc: tuple[int, int]) -> str:
     return ptx
 
 
+def variants() -> list[tuple[str, object, str]]:
+    """Every kernel a GPU may compile: ``(dispatcher's name in sdtw.cuda._kernels, its key in
+    that dict or None, the signature)``: each DP variant of ``FORWARD`` and ``BACKWARD`` (mode,
+    dtype, busy or quiet, mover or not) and the park kernels."""
+    from sdtw.cuda import _kernels as K
+
+    def t(f32: bool) -> str:
+        return "f4" if f32 else "f8"
+
+    out: list[tuple[str, object, str]] = []
+    for key in K.FORWARD:
+        mode, f32 = key[0], key[1]
+        x = f"{t(f32)}[:, :, ::1]" if mode == K.FUSED else f"{t(f32)}[::1]"
+        f = t(f32)
+        rest = f"{f}[:, :, ::1], i8, i8, i8, f8, i8, i8, {f}[::1], i8[::1], {f}[::1], b1"
+        out.append(("FORWARD", key, f"{x}, {rest}"))
+    for key in K.BACKWARD:
+        f = t(key[0])
+        out.append(("BACKWARD", key, f"{f}[::1], i8, i8, {f}[::1], i8[::1], {f}[:, ::1]"))
+    for name in ("park32", "park64", "cost-park32"):
+        attr, sig, _ = KERNELS[name]
+        out.append((attr, _KEYS.get(name), sig))
+    out.append(("COST_PARK", False, KERNELS["park64"][1]))  # the float64 cost's park
+    assert len(out) == len(K.FORWARD) + len(K.BACKWARD) + 2 + len(K.COST_PARK)
+    return out
+
+
+def _compile_variant(job: tuple[str, object, str, tuple[int, int]]) -> tuple[str, str | None]:
+    """PTX of one of :func:`variants` (in a worker process); its label and the error, if any."""
+    from numba import cuda
+    from numba.core import sigutils
+
+    from sdtw.cuda import _kernels as K
+
+    attr, key, args, cc = job
+    label = attr if key is None else f"{attr}[{key!r}]"
+    _fake_device(cc)
+    dispatcher = getattr(K, attr)
+    if key is not None:
+        dispatcher = dispatcher[key]
+    try:
+        sig = sigutils.normalize_signature(f"void({args})")[0]
+        cuda.compile_ptx(dispatcher.py_func, sig, cc=cc)
+    except Exception as exc:  # report every failure, not just the first
+        return label, f"{type(exc).__name__}: {exc}"
+    return label, None
+
+
+def compile_all(cc: tuple[int, int], workers: int) -> int:
+    """Compile every kernel variant's PTX (Numba's typing, then NVVM) for ``cc``: what the
+    simulator never does, since it runs the kernels as Python.  0: all compiled; 1: some
+    failed (printed); 2: no NVVM here."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = [(*v, cc) for v in variants()]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(_compile_variant, jobs))
+    failed = [(label, err) for label, err in results if err is not None]
+    if failed and all("nvvm" in err.lower() for _, err in failed):
+        print(f"sass: no NVVM to compile with ({failed[0][1][:200]})")
+        return 2
+    for label, err in results:
+        print(f"{'ok  ' if err is None else 'FAIL'} {label}" + ("" if err is None else f": {err}"))
+    ok = len(results) - len(failed)
+    print(f"{ok} of {len(results)} kernel variants compiled for sm_{cc[0]}{cc[1]}")
+    return 1 if failed else 0
+
+
 def analyse(sass: str) -> tuple[collections.Counter, list[tuple[str, collections.Counter]]]:
     """Opcode counts of the whole SASS, and of each loop body (label .. its last back
     branch), in the order they appear."""
@@ -183,12 +257,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-regs", type=int, default=None, help="ptxas --maxrregcount")
     parser.add_argument("--out", type=Path, default=None, help="keep the PTX and SASS here")
     parser.add_argument("--list", action="store_true", help="list the kernels and exit")
+    parser.add_argument(
+        "--compile-all",
+        action="store_true",
+        help="compile every kernel variant's PTX (typing + NVVM; no ptxas needed) and exit",
+    )
     args = parser.parse_args(argv)
     if args.list:
         for name, (attr, sig, _) in KERNELS.items():
             key = f"[{_KEYS[name]!r}]" if name in _KEYS else ""
             print(f"{name:16s} {attr}{key}({sig})")
         return 0
+    if not re.fullmatch(r"\d\d+", args.cc):
+        parser.error(f"--cc must look like 90, got {args.cc!r}")
+    cc = (int(args.cc[:-1]), int(args.cc[-1]))
+    if args.compile_all:
+        os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+        return compile_all(cc, workers=max(1, min(4, os.cpu_count() or 1)))
     unknown = [k for k in args.kernels if k not in KERNELS]
     if unknown:
         parser.error(f"unknown kernel(s) {unknown}; choose from {sorted(KERNELS)}")
@@ -197,9 +282,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sass: {', '.join(missing)} not found (PATH, CUDA_HOME/bin, nvidia wheels)")
         return 2
     tools = {name: find_tool(name) for name in ("ptxas", "nvdisasm")}
-    if not re.fullmatch(r"\d\d+", args.cc):
-        parser.error(f"--cc must look like 90, got {args.cc!r}")
-    cc = (int(args.cc[:-1]), int(args.cc[-1]))
     os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
     _fake_device(cc)
     out = args.out or Path(tempfile.mkdtemp(prefix="sdtw-sass-"))

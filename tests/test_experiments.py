@@ -430,3 +430,24 @@ def test_sass_of_the_park_kernel() -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     assert "0 bytes spill stores" in res.stdout
     assert any(ln.strip().startswith("loop") and "DMMA 8" in ln for ln in res.stdout.splitlines())
+
+
+def test_every_kernel_variant_compiles_for_sm90() -> None:
+    """Every kernel variant a GPU may compile (``python -m experiments.sass --compile-all``:
+    each DP variant, the park kernels) gets through Numba's typing and NVVM for sm_90.  The
+    simulator runs the kernels as Python, so without this a variant the GPU tests do not reach
+    (quiet, float64 fused without gradients, ...) could be broken unseen.  In a child process:
+    this one runs under the simulator.  Skips where there is no NVVM."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    res = subprocess.run(
+        [sys.executable, "-m", "experiments.sass", "--compile-all"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if res.returncode == 2:
+        pytest.skip(res.stdout.strip()[:300])
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    assert "FAIL" not in res.stdout and " kernel variants compiled" in res.stdout
