@@ -67,6 +67,11 @@ KERNELS = {
         "f4[::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
         None,
     ),
+    "forward-fused32": (
+        "FORWARD",
+        "f4[:, :, ::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
+        None,
+    ),
     "forward-cost64": (
         "FORWARD",
         "f8[::1], f8[:, :, ::1], i8, i8, i8, f8, i8, i8, f8[::1], i8[::1], f8[::1], b1",
@@ -83,6 +88,7 @@ _KEYS = {
     "forward-cost32": ("cost", True, True, False),
     "forward-cost32-mover": ("cost", True, True, True),
     "forward-cost64": ("cost", False, True, False),
+    "forward-fused32": ("fused", True, True, False),
     "backward32": (True, True, False),
     "backward32-mover": (True, True, True),
 }
