@@ -411,6 +411,20 @@ def test_sass_analysis_counts_loops() -> None:
     ]
 
 
+def _sass(*args: str) -> subprocess.CompletedProcess:
+    """``python -m experiments.sass ARGS`` in a child process, without the simulator (this
+    process runs under it)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.sass", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
 @pytest.mark.skipif(
     bool(__import__("experiments.sass").sass.missing_tools()),
     reason="needs libNVVM, ptxas and nvdisasm (a CUDA toolkit or the nvidia pip wheels)",
@@ -418,15 +432,7 @@ def test_sass_analysis_counts_loops() -> None:
 def test_sass_of_the_park_kernel() -> None:
     """The offline SASS tool compiles the float32 park kernel without a GPU: no spills, and
     its k loop holds the 8 float64 mma of a k step."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    res = subprocess.run(
-        [sys.executable, "-m", "experiments.sass", "park32"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    res = _sass("park32")
     assert res.returncode == 0, res.stderr[-2000:]
     assert "0 bytes spill stores" in res.stdout
     assert any(ln.strip().startswith("loop") and "DMMA 8" in ln for ln in res.stdout.splitlines())
@@ -436,17 +442,9 @@ def test_every_kernel_variant_compiles_for_sm90() -> None:
     """Every kernel variant a GPU may compile (``python -m experiments.sass --compile-all``:
     each DP variant, the park kernels) gets through Numba's typing and NVVM for sm_90.  The
     simulator runs the kernels as Python, so without this a variant the GPU tests do not reach
-    (quiet, float64 fused without gradients, ...) could be broken unseen.  In a child process:
-    this one runs under the simulator.  Skips where there is no NVVM."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    res = subprocess.run(
-        [sys.executable, "-m", "experiments.sass", "--compile-all"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    (quiet, float64 fused without gradients, ...) could be broken unseen.  Skips where there
+    is no NVVM."""
+    res = _sass("--compile-all")
     if res.returncode == 2:
         pytest.skip(res.stdout.strip()[:300])
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
