@@ -6,7 +6,7 @@ Usage
 ::
 
     python -m experiments.sass [KERNEL ...] [--cc 90] [--max-regs N] [--out DIR] [--list]
-    python -m experiments.sass --compile-all [--cc 90]
+    python -m experiments.sass --compile-all [--quick] [--cc 90]
 
 Numba compiles the kernel's PTX for compute capability ``--cc`` on the CPU (its NVVM needs no
 driver), ``ptxas`` assembles it (``-v``: registers, spills, shared memory) and ``nvdisasm``
@@ -17,7 +17,8 @@ opcodes, the part a kernel's time is made of.  ``--out`` keeps the PTX and SASS.
 ``--compile-all`` compiles the PTX of every kernel variant a GPU may compile (each DP variant
 of ``FORWARD`` and ``BACKWARD``, the park kernels) in worker processes, and says which failed:
 the simulator runs the kernels as Python, so Numba's typing of the device code and NVVM only
-ever see a variant here or on a GPU (a test runs it).  It needs NVVM only, not ``ptxas``.
+ever see a variant here or on a GPU (a test runs it with ``--quick``: the busy variants, one
+quiet forward and one quiet backward).  It needs NVVM only, not ``ptxas``.
 
 This is how the park kernel's k loop was found to spend ~45 of its ~100 instructions per 8
 mma on 64-bit index arithmetic (``probe-dev.txt``, before run 59).  Static counts are not
@@ -204,13 +205,24 @@ def _compile_variant(job: tuple[str, object, str, tuple[int, int]]) -> tuple[str
     return label, None
 
 
-def compile_all(cc: tuple[int, int], workers: int) -> int:
+def _quick(attr: str, key: object) -> bool:
+    """``--quick``'s subset of :func:`variants`: every busy DP variant (what a GPU runs by
+    default), the quiet ones of the float32 cost forward and the float32 backward (the code
+    that only quiet variants compile), and the park kernels."""
+    if attr == "FORWARD":
+        return key[2] or key[:2] == ("cost", True)
+    if attr == "BACKWARD":
+        return key[1] or key[0]
+    return True
+
+
+def compile_all(cc: tuple[int, int], workers: int, quick: bool = False) -> int:
     """Compile every kernel variant's PTX (Numba's typing, then NVVM) for ``cc``: what the
-    simulator never does, since it runs the kernels as Python.  0: all compiled; 1: some
-    failed (printed); 2: no NVVM here."""
+    simulator never does, since it runs the kernels as Python (``quick``: the subset of
+    :func:`_quick`).  0: all compiled; 1: some failed (printed); 2: no NVVM here."""
     from concurrent.futures import ProcessPoolExecutor
 
-    jobs = [(*v, cc) for v in variants()]
+    jobs = [(*v, cc) for v in variants() if not quick or _quick(v[0], v[1])]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(_compile_variant, jobs))
     failed = [(label, err) for label, err in results if err is not None]
@@ -268,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="compile every kernel variant's PTX (typing + NVVM; no ptxas needed) and exit",
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="with --compile-all: the busy variants and one quiet forward and backward only",
+    )
     args = parser.parse_args(argv)
     if args.list:
         for name, (attr, sig, _) in KERNELS.items():
@@ -279,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     cc = (int(args.cc[:-1]), int(args.cc[-1]))
     if args.compile_all:
         os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
-        return compile_all(cc, workers=max(1, min(4, os.cpu_count() or 1)))
+        return compile_all(cc, workers=max(1, min(4, os.cpu_count() or 1)), quick=args.quick)
     unknown = [k for k in args.kernels if k not in KERNELS]
     if unknown:
         parser.error(f"unknown kernel(s) {unknown}; choose from {sorted(KERNELS)}")
