@@ -42,44 +42,39 @@ import sys
 import tempfile
 from pathlib import Path
 
+
+def _forward_sig(f32: bool, fused: bool = False) -> str:
+    """Argument types of a DP forward kernel (X is the features, 3-D, in the fused mode
+    without gradients, else flat)."""
+    f = "f4" if f32 else "f8"
+    x = f"{f}[:, :, ::1]" if fused else f"{f}[::1]"
+    return f"{x}, {f}[:, :, ::1], i8, i8, i8, f8, i8, i8, {f}[::1], i8[::1], {f}[::1], b1"
+
+
+def _backward_sig(f32: bool) -> str:
+    f = "f4" if f32 else "f8"
+    return f"{f}[::1], i8, i8, {f}[::1], i8[::1], {f}[:, ::1]"
+
+
+def _park_sig(f32: bool) -> str:
+    f = "f4" if f32 else "f8"
+    return f"{f}[::1], {f}[::1], {f}[::1], i8, i8, i8"
+
+
 #: Kernel name -> (its dispatcher in sdtw.cuda._kernels, its argument types, ptxas register
 #: cap: the kernel's launch bound, which Numba does not put in the PTX)
 KERNELS = {
-    "park32": ("PARK32", "f4[::1], f4[::1], f4[::1], i8, i8, i8", 128),
-    "park64": ("PARK", "f8[::1], f8[::1], f8[::1], i8, i8, i8", None),
-    "cost-park32": ("COST_PARK", "f4[::1], f4[::1], f4[::1], i8, i8, i8", 128),
-    "forward-hilo": (
-        "FORWARD",
-        "f4[::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
-        None,
-    ),
-    "forward-cost32": (
-        "FORWARD",
-        "f4[::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
-        None,
-    ),
-    "forward-hilo-mover": (
-        "FORWARD",
-        "f4[::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
-        None,
-    ),
-    "forward-cost32-mover": (
-        "FORWARD",
-        "f4[::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
-        None,
-    ),
-    "forward-fused32": (
-        "FORWARD",
-        "f4[:, :, ::1], f4[:, :, ::1], i8, i8, i8, f8, i8, i8, f4[::1], i8[::1], f4[::1], b1",
-        None,
-    ),
-    "forward-cost64": (
-        "FORWARD",
-        "f8[::1], f8[:, :, ::1], i8, i8, i8, f8, i8, i8, f8[::1], i8[::1], f8[::1], b1",
-        None,
-    ),
-    "backward32": ("BACKWARD", "f4[::1], i8, i8, f4[::1], i8[::1], f4[:, ::1]", None),
-    "backward32-mover": ("BACKWARD", "f4[::1], i8, i8, f4[::1], i8[::1], f4[:, ::1]", None),
+    "park32": ("PARK32", _park_sig(True), 128),
+    "park64": ("PARK", _park_sig(False), None),
+    "cost-park32": ("COST_PARK", _park_sig(True), 128),
+    "forward-hilo": ("FORWARD", _forward_sig(True), None),
+    "forward-cost32": ("FORWARD", _forward_sig(True), None),
+    "forward-hilo-mover": ("FORWARD", _forward_sig(True), None),
+    "forward-cost32-mover": ("FORWARD", _forward_sig(True), None),
+    "forward-fused32": ("FORWARD", _forward_sig(True, fused=True), None),
+    "forward-cost64": ("FORWARD", _forward_sig(False), None),
+    "backward32": ("BACKWARD", _backward_sig(True), None),
+    "backward32-mover": ("BACKWARD", _backward_sig(True), None),
 }
 #: The key of the kernels stored in a dict (the busy variant: what a GPU runs).
 _KEYS = {
@@ -141,20 +136,26 @@ def _fake_device(cc: tuple[int, int]) -> None:
     dispatcher.get_current_device = lambda: _Device()
 
 
-def ptx_of(kernel: str, cc: tuple[int, int]) -> str:
-    """The PTX of one of :data:`KERNELS` for ``cc``."""
+def _ptx(attr: str, key: object, args: str, cc: tuple[int, int]) -> str:
+    """The PTX for ``cc`` of the dispatcher ``attr`` of sdtw.cuda._kernels (``attr[key]``
+    where it is a dict of variants) compiled for the argument types ``args``."""
     from numba import cuda
     from numba.core import sigutils
 
     from sdtw.cuda import _kernels as K
 
-    name, args, _ = KERNELS[kernel]
-    dispatcher = getattr(K, name)
-    if kernel in _KEYS:
-        dispatcher = dispatcher[_KEYS[kernel]]
+    dispatcher = getattr(K, attr)
+    if key is not None:
+        dispatcher = dispatcher[key]
     sig = sigutils.normalize_signature(f"void({args})")[0]
     ptx, _ = cuda.compile_ptx(dispatcher.py_func, sig, cc=cc)
     return ptx
+
+
+def ptx_of(kernel: str, cc: tuple[int, int]) -> str:
+    """The PTX of one of :data:`KERNELS` for ``cc``."""
+    attr, args, _ = KERNELS[kernel]
+    return _ptx(attr, _KEYS.get(kernel), args, cc)
 
 
 def variants() -> list[tuple[str, object, str]]:
@@ -163,43 +164,26 @@ def variants() -> list[tuple[str, object, str]]:
     dtype, busy or quiet, mover or not) and the park kernels."""
     from sdtw.cuda import _kernels as K
 
-    def t(f32: bool) -> str:
-        return "f4" if f32 else "f8"
-
     out: list[tuple[str, object, str]] = []
     for key in K.FORWARD:
-        mode, f32 = key[0], key[1]
-        x = f"{t(f32)}[:, :, ::1]" if mode == K.FUSED else f"{t(f32)}[::1]"
-        f = t(f32)
-        rest = f"{f}[:, :, ::1], i8, i8, i8, f8, i8, i8, {f}[::1], i8[::1], {f}[::1], b1"
-        out.append(("FORWARD", key, f"{x}, {rest}"))
+        out.append(("FORWARD", key, _forward_sig(key[1], fused=key[0] == K.FUSED)))
     for key in K.BACKWARD:
-        f = t(key[0])
-        out.append(("BACKWARD", key, f"{f}[::1], i8, i8, {f}[::1], i8[::1], {f}[:, ::1]"))
+        out.append(("BACKWARD", key, _backward_sig(key[0])))
     for name in ("park32", "park64", "cost-park32"):
         attr, sig, _ = KERNELS[name]
         out.append((attr, _KEYS.get(name), sig))
-    out.append(("COST_PARK", False, KERNELS["park64"][1]))  # the float64 cost's park
+    out.append(("COST_PARK", False, _park_sig(False)))  # the float64 cost's park
     assert len(out) == len(K.FORWARD) + len(K.BACKWARD) + 2 + len(K.COST_PARK)
     return out
 
 
 def _compile_variant(job: tuple[str, object, str, tuple[int, int]]) -> tuple[str, str | None]:
     """PTX of one of :func:`variants` (in a worker process); its label and the error, if any."""
-    from numba import cuda
-    from numba.core import sigutils
-
-    from sdtw.cuda import _kernels as K
-
     attr, key, args, cc = job
     label = attr if key is None else f"{attr}[{key!r}]"
     _fake_device(cc)
-    dispatcher = getattr(K, attr)
-    if key is not None:
-        dispatcher = dispatcher[key]
     try:
-        sig = sigutils.normalize_signature(f"void({args})")[0]
-        cuda.compile_ptx(dispatcher.py_func, sig, cc=cc)
+        _ptx(attr, key, args, cc)
     except Exception as exc:  # report every failure, not just the first
         return label, f"{type(exc).__name__}: {exc}"
     return label, None
