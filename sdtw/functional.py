@@ -210,14 +210,14 @@ def softdtw(
         * with gradients: fused.  It puts float64 distances (from a float64 tensor-core
           kernel, whatever the inputs' dtype) in the weights buffer that the backward needs
           anyway, so it stores no cost tensor and no separate gradient: a third less memory
-          than unfused, about as fast (on an H200, 0.91-1.08x the unfused time on the paper's
+          than unfused, about as fast (on an H200, 0.96-1.15x the unfused time on the paper's
           grid with the host's share removed by a CUDA graph of the whole step; eager calls,
-          host-bound and noisy at small N, 0.65-1.08x, and 1.9x at one point of an earlier
-          run), and for float32 inputs more accurate
+          host-bound and noisy at small N, 0.78-1.75x, the ends at N = 128 where the host path
+          is the same for both), and for float32 inputs more accurate
           (gradients within ~1e-7 of float64, where the unfused float32 cost tensor gives
           ~1e-5, and more on nearly tied paths at small gamma).
         * without gradients: unfused when the cost tensor takes at most a quarter of the free
-          GPU memory (on an H200 its forward is 4.5-6.4x faster at N = 512-2048, D = 64),
+          GPU memory (on an H200 its forward is 5.4-7.0x faster at N = 512-2048, D = 64),
           else fused, whose forward computes the distances inside the DP kernel and stores no
           (N, M) buffer at all.
     backend : {"auto", "cpu", "cuda", "reference"}
