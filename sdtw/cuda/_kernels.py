@@ -1125,8 +1125,12 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         up = top if tid == 0 else up_next
         ok = below(s - lead, width)
         r, pd, pu = softmin3(r_diag, r_left, m2, mm2, up, cost, ok)  # (inf, 0, 0) where not ok
-        blk[rowb + sl] = put_pd(pd)
-        wup[rowb + sl] = w_t(pu)
+        if not fused:
+            # (The fused mode runs without ``store`` only: its weights would be dead stores,
+            # and without them the compiler drops their arithmetic too, the reciprocal
+            # included.)
+            blk[rowb + sl] = put_pd(pd)
+            wup[rowb + sl] = w_t(pu)
         # The publishing lane's value (this lane's column s - tid; see _build_handoff): into
         # its shared ring (the other lanes to spare slots of their own), and, busy, to the
         # boundary row (a predicated store: no branch).
