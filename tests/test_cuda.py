@@ -1023,6 +1023,39 @@ def test_gpu_library_graph_limits(rng, lib_graphs, monkeypatch):
     assert lib_graphs.graph_count() == 0
 
 
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_copy_into(rng, monkeypatch):
+    """The replays' copy-in: one driver copy on the given stream for a contiguous source of
+    the static input's dtype (after the source's producer on that stream), torch's ``copy_``
+    for any other source (a converted dtype, a transposed layout)."""
+    from sdtw.cuda import _launch
+
+    calls = []
+    raw = _launch._driver_memcpy()
+    assert raw, "cuMemcpyDtoDAsync_v2 not found in libcuda"
+
+    def counted(*args):
+        calls.append(args)
+        return raw(*args)
+
+    monkeypatch.setattr(_launch, "_driver_memcpy", lambda: counted)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    dst = torch.empty(7, 33, 5, device="cuda")
+    with torch.cuda.stream(side):
+        big = torch.randn(7 * 33 * 5, 4096, device="cuda")
+        src = big.sum(1).view(7, 33, 5)  # its producer, queued on the side stream too
+        _launch.copy_into(dst, src, side.cuda_stream)
+        assert len(calls) == 1 and calls[0][3] == side.cuda_stream
+        half = randn(rng, 7, 5, 33, device="cuda").half().transpose(1, 2)
+        dst2 = torch.empty(7, 33, 5, device="cuda")
+        _launch.copy_into(dst2, half, side.cuda_stream)
+        assert len(calls) == 1  # torch's copy_
+    side.synchronize()
+    assert torch.equal(dst, src) and torch.equal(dst2, half.float())
+
+
 def test_library_graphs_off_the_gpu():
     """On CPU tensors (and so under the simulator) nothing is captured: the call says "run
     eagerly" without touching ``compute``; bad settings name the argument."""
