@@ -13,7 +13,9 @@ host time of a synchronised step's forward and backward calls against its wall t
 1024); ``--bscan``: time against batch size at N = 1024; ``--ncu``: a few steps at B = 32,
 N = 1024 to run under Nsight Compute (``--ncu-band``: one band's forward, B = 1, N = 32, M = 8192);
 ``--hostsplit [N]``: host time of each launcher function in a step (B = 32, N = 512 or N),
-and from the step's start to its first launch; ``--timeline``: each
+and from the step's start to its first launch; ``--graphsplit [N]``: the same step once the
+library replays its graph, host and GPU time between the step's start, the copies, the replay,
+the forward's return, the sum and the backward's end; ``--timeline``: each
 kernel's start and end in a traced training step, and the GPU's gaps;
 ``--busy``: the DP kernels' quiet and busy variants against the number of blocks;
 ``--kernels [N] [--float64]``: each kernel's GPU time in a training step at B = 32, N = 1024
@@ -657,6 +659,109 @@ def graphs(N: int | None = None, B: int = 32, D: int = 64, n: int = 30) -> None:
             del step
 
 
+def graph_split(N: int = 512, B: int = 32, D: int = 64, n: int = 60) -> None:
+    """Where a synchronised training step's time goes once the library replays its own graph
+    (:mod:`sdtw.cuda._graphs`), fused and unfused: host times (``perf_counter_ns``) from the
+    step's start to the graph's ``run``, to the replay call, after it, at the forward's return,
+    after ``sum`` and after ``backward``; GPU times (CUDA events recorded at the same points)
+    from the step's start to the first copy (the GPU idles that long), through the copies,
+    through the graph, and the tail after it.  Medians of ``n``; the events cost host time
+    themselves, so the step is a few us slower than unprobed (its median is printed too), and
+    a second pass takes the host times with events at the step's ends only."""
+    import functools
+    import itertools
+    import time
+
+    from sdtw.cuda import _graphs
+
+    ns = time.perf_counter_ns
+    marks: dict = {}
+    events: dict = {}
+
+    gpu_marks = [True]  # False: host marks only between the step's start and end
+
+    def ev(name: str) -> None:
+        marks[name] = ns()
+        if gpu_marks[0] or name in ("start", "end"):
+            e = events[name] = torch.cuda.Event(enable_timing=True)
+            e.record()
+
+    class TimedGraph:
+        def __init__(self, g) -> None:
+            self.g = g
+
+        def replay(self) -> None:
+            ev("replay")
+            self.g.replay()
+            ev("replayed")
+
+    run = _graphs._Graph.run
+
+    def timed_run(self, *args):
+        ev("run")
+        if not isinstance(self.graph, TimedGraph):
+            self.graph = TimedGraph(self.graph)
+        return run(self, *args)
+
+    def step(x, y, fused: bool, probe: bool) -> None:
+        x.grad = y.grad = None
+        v = sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=fused)
+        if probe:
+            ev("returned")
+        s = v.sum()
+        if probe:
+            ev("summed")
+        s.backward()
+
+    names = ["start", "run", "replay", "replayed", "returned", "summed", "end"]
+    for fused in (True, False):
+        x = torch.randn(B, N, D, device="cuda", requires_grad=True)
+        y = torch.randn(B, N, D, device="cuda", requires_grad=True)
+        plain = [
+            _time_ms(functools.partial(step, x, y, fused, False), "cuda") for _ in range(n + 4)
+        ]
+        _graphs._Graph.run = timed_run
+        rows: dict = {}
+        host_only: dict = {}
+        try:
+            for i in range(2 * n + 2):
+                gpu_marks[0] = i <= n
+                torch.cuda.synchronize()
+                ev("start")
+                step(x, y, fused, True)
+                ev("end")
+                events["end"].synchronize()
+                if i in (0, n + 1):
+                    continue
+                for a, b in itertools.pairwise(names):
+                    host = (marks[b] - marks[a]) / 1e3
+                    if gpu_marks[0]:
+                        gpu = events[a].elapsed_time(events[b]) * 1e3
+                        rows.setdefault(f"{a} -> {b}", []).append((host, gpu))
+                    else:
+                        host_only.setdefault(f"{a} -> {b}", []).append(host)
+                if not gpu_marks[0]:
+                    host_only.setdefault("step (GPU)", []).append(
+                        events["start"].elapsed_time(events["end"]) * 1e3
+                    )
+        finally:
+            _graphs._Graph.run = run
+        med = statistics.median
+        print(
+            f"B={B} N={N} D={D} fused={fused}: unprobed step {med(plain[4:]) * 1e3:.1f} us "
+            "(CUDA events); probed, host us / GPU us, then host us with events at the step's "
+            "ends only:",
+            flush=True,
+        )
+        for name, vals in rows.items():
+            print(
+                f"   {name:22s} {med(v[0] for v in vals):8.1f} {med(v[1] for v in vals):8.1f}"
+                f" {med(host_only[name]):8.1f}",
+                flush=True,
+            )
+        print(f"   {'step (GPU)':22s} {'':17s} {med(host_only['step (GPU)']):8.1f}", flush=True)
+
+
 def _no_grad(x, y, fused):
     with torch.no_grad():
         return sdtw.softdtw(x, y, backend="cuda", fused=fused)
@@ -678,6 +783,7 @@ def main() -> None:
         "--profile": (profile, True),
         "--steady": (steady, False),
         "--hostsplit": (host_split, True),
+        "--graphsplit": (graph_split, True),
         "--timeline": (timeline, False),
         "--busy": (busy_scan, False),
         "--host": (host, False),
