@@ -425,14 +425,14 @@ def _sass(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.skipif(
-    bool(__import__("experiments.sass").sass.missing_tools()),
-    reason="needs libNVVM, ptxas and nvdisasm (a CUDA toolkit or the nvidia pip wheels)",
-)
 def test_sass_of_the_park_kernel() -> None:
     """The offline SASS tool compiles the float32 park kernel without a GPU: no spills, and
-    its k loop holds the 8 float64 mma of a k step."""
+    its k loop holds the 8 float64 mma of a k step.  Skips where libNVVM, ptxas or nvdisasm
+    is missing (the tool exits 2; asked in the child process, since under this process's
+    simulator numba's NVVM never loads)."""
     res = _sass("park32")
+    if res.returncode == 2:
+        pytest.skip(res.stdout.strip()[:300])
     assert res.returncode == 0, res.stderr[-2000:]
     assert "0 bytes spill stores" in res.stdout
     assert any(ln.strip().startswith("loop") and "DMMA 8" in ln for ln in res.stdout.splitlines())
