@@ -31,7 +31,10 @@ gradient) or ``forward+backward`` (``loss.sum().backward()``):
    (at least 3) when one step is so slow that they would exceed ``--budget-s``; the CSV's
    ``repeats`` column says how many.  Median, 20th and 80th percentiles in milliseconds.
    Each step is synchronised (the GPU idle at its start): its time includes the host's work
-   before the first kernel;
+   before the first kernel.  The implementations of one configuration and mode take their
+   timed steps in turn, one step each per round (:func:`measure_group`; steps 2 and 3 come
+   first, for each in order): the host's speed drifts within a process, and timed in turn
+   they all see the same drift;
 5. in sweeps with ``back_to_back`` (``targets``), as many steps again run back to back, with
    no synchronisation in between (a second row, metric ``time_ms_back_to_back``: one interval
    over all of them, no percentiles), which is what a training loop that does not read the
@@ -485,15 +488,16 @@ def _instrumented(step: Callable[[], object], impl: Impl, device: str) -> tuple[
     return out, {"seconds": seconds, "peak_mem_bytes": peak, "launches": launches}
 
 
-def _timed(
-    step: Callable[[], object], device: str, repeats: int, budget_s: float, seconds: float
-) -> Row:
-    """Median, 20th and 80th percentiles (ms) of ``repeats`` timed calls of ``step``, fewer (at
-    least 3) if ``seconds`` per call would exceed ``budget_s``; ``status`` ok."""
-    n = max(min(3, repeats), min(repeats, math.ceil(budget_s / max(seconds, 1e-9))))
-    times = [_time_ms(step, device) for _ in range(n)]
+def _repeats(repeats: int, budget_s: float, seconds: float) -> int:
+    """Timed steps for a step of ``seconds``: ``repeats``, fewer (at least 3) if they would
+    exceed ``budget_s``."""
+    return max(min(3, repeats), min(repeats, math.ceil(budget_s / max(seconds, 1e-9))))
+
+
+def _stats(times: list[float]) -> Row:
+    """Median, 20th and 80th percentiles (ms) of the timed steps; ``status`` ok."""
     p20, median, p80 = np.percentile(times, [20, 50, 80])
-    return {"median": median, "p20": p20, "p80": p80, "repeats": n, "status": "ok"}
+    return {"median": median, "p20": p20, "p80": p80, "repeats": len(times), "status": "ok"}
 
 
 def _back_to_back(step: Callable[[], object], device: str, n: int) -> float:
@@ -508,6 +512,121 @@ def _back_to_back(step: Callable[[], object], device: str, n: int) -> float:
             step()  # (outputs dropped as they come, as one timed step's are)
 
     return _time_ms(steps, device) / n
+
+
+@dataclass
+class _Point:
+    """One implementation's measurement in progress (:func:`measure_group`): its row so far,
+    its step (None once it failed or is done), the instrumented step's outputs, how many
+    timed steps it takes and their times."""
+
+    impl: Impl
+    row: Row
+    step: Callable[[], Outputs] | None = None
+    outputs: list | None = None
+    n: int = 0
+    times: list[float] | None = None
+
+
+def _failed(point: _Point, exc: BaseException) -> None:
+    point.row = {"status": classify(exc), "note": _message(exc)}
+    point.step = None
+
+
+def _prepare(
+    impl: Impl,
+    cfg: Config,
+    mode: str,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    device: str,
+    repeats: int,
+    budget_s: float,
+) -> _Point:
+    """An implementation's step, its warm-up and its instrumented step (a failure becomes
+    the row's status)."""
+    if impl.graphed:
+        step = _graph_step(impl, x, y, cfg.gamma, mode)
+    else:
+        if mode == FORWARD_BACKWARD:
+            x, y = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+
+        def step() -> Outputs:
+            return _step(impl, x, y, cfg.gamma, mode)
+
+    point = _Point(impl, {})
+    try:
+        step()  # warm-up
+        _sync(device)
+        x.grad = y.grad = None  # the warm-up's gradients must not count as "before"
+        (value, grad_x, grad_y), row = _instrumented(step, impl, device)
+        point.outputs = [None if t is None else t.detach().cpu() for t in (value, grad_x, grad_y)]
+        del value, grad_x, grad_y
+    except Exception as exc:
+        _failed(point, exc)
+        return point
+    point.n = _repeats(repeats, budget_s, row.pop("seconds"))
+    point.row, point.step, point.times = row, step, []
+    return point
+
+
+def measure_group(
+    impls: list[Impl],
+    cfg: Config,
+    mode: str,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    device: str,
+    oracle: Callable[[], Oracle],
+    repeats: int,
+    budget_s: float,
+    back_to_back: bool = False,
+) -> list[Row]:
+    """:func:`measure` for several implementations on the same inputs and mode, one row
+    each, with their timed steps taken in turn: one step of each implementation, then the
+    next round, until each has its own number of steps.
+
+    The host's speed drifts within one process (on the H200 machine a host-bound step at
+    N = 128 took 0.47-0.91 ms in one sweep, ``probe-dev.txt`` run 77), so implementations
+    timed one after the other could see different hosts; timed in turn they see the same
+    drift, and their ratio means what it says.  Every implementation is warmed up and
+    instrumented first, in order, and keeps its state (inputs, gradients, a captured graph)
+    until the group is done.  With ``back_to_back``, each one's back-to-back steps follow,
+    one implementation after the other."""
+    points = [_prepare(impl, cfg, mode, x, y, device, repeats, budget_s) for impl in impls]
+    for r in range(max((p.n for p in points), default=0)):
+        for p in points:
+            if p.step is not None and r < p.n:
+                try:
+                    p.times.append(_time_ms(p.step, device))
+                except Exception as exc:
+                    _failed(p, exc)
+    for p in points:
+        if p.step is None:
+            continue
+        p.row.update(_stats(p.times))
+        if back_to_back:
+            try:
+                p.row["back_to_back_ms"] = _back_to_back(p.step, device, p.n)
+            except Exception as exc:
+                _failed(p, exc)
+                continue
+        p.step = None  # (its buffers and graph go before the next implementation's)
+    rows = []
+    for p in points:
+        rows.append(p.row)
+        if p.outputs is None or p.row.get("status") != "ok":
+            continue
+        ref = oracle()
+        p.row["reference"] = ref.name
+        if ref.value is None:
+            p.row["note"] = ref.note
+            continue
+        p.row["rel_err_value"] = rel_err(p.outputs[0], ref.value)
+        if mode == FORWARD_BACKWARD:
+            p.row["rel_err_grad_x"] = rel_err(p.outputs[1], ref.grad_x)
+            p.row["rel_err_grad_y"] = rel_err(p.outputs[2], ref.grad_y)
+    return rows
 
 
 def measure(
@@ -526,36 +645,7 @@ def measure(
 
     With ``back_to_back``, then as many steps again back to back (:func:`_back_to_back`):
     their time per step is the row's ``back_to_back_ms``."""
-    if impl.graphed:
-        step = _graph_step(impl, x, y, cfg.gamma, mode)
-    else:
-        if mode == FORWARD_BACKWARD:
-            x, y = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
-
-        def step() -> Outputs:
-            return _step(impl, x, y, cfg.gamma, mode)
-
-    try:
-        step()  # warm-up
-        _sync(device)
-        x.grad = y.grad = None  # the warm-up's gradients must not count as "before"
-        (value, grad_x, grad_y), row = _instrumented(step, impl, device)
-        outputs = [None if t is None else t.detach().cpu() for t in (value, grad_x, grad_y)]
-        del value, grad_x, grad_y
-        row.update(_timed(step, device, repeats, budget_s, row.pop("seconds")))
-        if back_to_back:
-            row["back_to_back_ms"] = _back_to_back(step, device, row["repeats"])
-    except Exception as exc:
-        return {"status": classify(exc), "note": _message(exc)}
-    ref = oracle()
-    row["reference"] = ref.name
-    if ref.value is None:
-        row["note"] = ref.note
-        return row
-    row["rel_err_value"] = rel_err(outputs[0], ref.value)
-    if mode == FORWARD_BACKWARD:
-        row["rel_err_grad_x"] = rel_err(outputs[1], ref.grad_x)
-        row["rel_err_grad_y"] = rel_err(outputs[2], ref.grad_y)
+    (row,) = measure_group([impl], cfg, mode, x, y, device, oracle, repeats, budget_s, back_to_back)
     return row
 
 
@@ -590,7 +680,8 @@ def measure_barycenter(
         _sync(device)
         if mode == barycenter.ITERATION:
             _, row = _instrumented(solver.iterate, impl, device)
-            row.update(_timed(solver.iterate, device, repeats, budget_s, row.pop("seconds")))
+            n = _repeats(repeats, budget_s, row.pop("seconds"))
+            row.update(_stats([_time_ms(solver.iterate, device) for _ in range(n)]))
             return [{"metric": metrics[0], **row}]
         del solver
         total = _time_ms(solve, device)
@@ -750,7 +841,8 @@ def _run_config(
     deadline: float | None,
 ) -> bool:
     """Every (impl, mode) of one configuration, sharing its inputs and its reference;
-    ``False`` if the deadline stopped it."""
+    ``False`` if the deadline stopped it.  The implementations of one mode are measured as a
+    group, their timed steps in turn (:func:`measure_group`); barycenter points one by one."""
     is_barycenter = sweep.task == "barycenter"
     inputs: tuple[torch.Tensor, ...] | None = None
     cached: list[Oracle] = []
@@ -760,41 +852,7 @@ def _run_config(
             cached.append(compute_oracle(*inputs, cfg.gamma, device))
         return cached[0]
 
-    for name, mode in points:
-        if deadline is not None and time.monotonic() > deadline:
-            return False
-        impl = IMPLS[name]
-        bar.set_postfix_str(f"{name} {mode} B={cfg.B} N={cfg.N} M={cfg.M} D={cfg.D}", refresh=False)
-        # A barycenter iteration is one forward + backward of the loss, as the model predicts.
-        status, note, predicted = gate(
-            impl, cfg, FORWARD_BACKWARD if is_barycenter else mode, device
-        )
-        metric = barycenter.METRICS[mode][0] if is_barycenter else METRIC
-        rows: list[Row] = [{"metric": metric, "status": status, "note": note}]
-        if not status:
-            if is_barycenter:
-                inputs = inputs or (barycenter_inputs(cfg, device),)
-                rows = measure_barycenter(
-                    impl, cfg, mode, *inputs, device, repeats, budget_s, max_iter
-                )
-            else:
-                inputs = inputs or make_inputs(cfg, device)
-                rows[0].update(
-                    measure(
-                        impl,
-                        cfg,
-                        mode,
-                        *inputs,
-                        device,
-                        oracle,
-                        repeats,
-                        budget_s,
-                        sweep.back_to_back,
-                    )
-                )
-                if "back_to_back_ms" in rows[0]:
-                    rows.append(_back_to_back_row(rows[0]))
-            _free_memory(device)
+    def write(name: str, mode: str, predicted: int | None, rows: list[Row]) -> None:
         for row in rows:
             row.update(
                 sweep=sweep.name,
@@ -807,6 +865,51 @@ def _run_config(
             )
             writer.write(row)
         bar.update()
+
+    where = f"B={cfg.B} N={cfg.N} M={cfg.M} D={cfg.D}"
+    if is_barycenter:
+        for name, mode in points:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            impl = IMPLS[name]
+            bar.set_postfix_str(f"{name} {mode} {where}", refresh=False)
+            # A barycenter iteration is one forward + backward of the loss, as the model
+            # predicts.
+            status, note, predicted = gate(impl, cfg, FORWARD_BACKWARD, device)
+            rows: list[Row] = [
+                {"metric": barycenter.METRICS[mode][0], "status": status, "note": note}
+            ]
+            if not status:
+                inputs = inputs or (barycenter_inputs(cfg, device),)
+                rows = measure_barycenter(
+                    impl, cfg, mode, *inputs, device, repeats, budget_s, max_iter
+                )
+                _free_memory(device)
+            write(name, mode, predicted, rows)
+        return True
+    for mode in dict.fromkeys(m for _, m in points):
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        names = [name for name, m in points if m == mode]
+        gates = {name: gate(IMPLS[name], cfg, mode, device) for name in names}
+        todo = [name for name in names if not gates[name][0]]
+        bar.set_postfix_str(f"{mode} {where}: {', '.join(todo) or '-'}", refresh=False)
+        measured: dict[str, Row] = {}
+        if todo:
+            inputs = inputs or make_inputs(cfg, device)
+            group = [IMPLS[name] for name in todo]
+            rows = measure_group(
+                group, cfg, mode, *inputs, device, oracle, repeats, budget_s, sweep.back_to_back
+            )
+            measured = dict(zip(todo, rows, strict=True))
+            _free_memory(device)
+        for name in names:
+            status, note, predicted = gates[name]
+            row: Row = {"metric": METRIC, "status": status, "note": note, **measured.get(name, {})}
+            rows = [row]
+            if "back_to_back_ms" in row:
+                rows.append(_back_to_back_row(row))
+            write(name, mode, predicted, rows)
     return True
 
 

@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,39 @@ def test_failures_become_statuses() -> None:
     x, y = run.make_inputs(cfg, "cpu")
     row = run.measure(impl, cfg, FORWARD, x, y, "cpu", lambda: run.Oracle(""), 2, 0.01)
     assert row["status"] == "unsupported" and "limit" in row["note"]
+
+
+def test_group_times_its_implementations_in_turn() -> None:
+    """``measure_group``: every implementation is warmed up and instrumented first, in
+    order, then the timed steps go round robin (one step of each per round, a slower one
+    dropping out when it has its own, smaller number of steps); one failing in its timed
+    steps gets its status and leaves the others' rows as they are."""
+    calls: list[str] = []
+    torch_loss = IMPLS["torch"].loss
+
+    def fake(name: str, sleep: float = 0.0, fail_at: int | None = None):
+        def loss(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
+            calls.append(name)
+            if fail_at is not None and calls.count(name) == fail_at:
+                raise RuntimeError("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
+            time.sleep(sleep)
+            return torch_loss(x, y, gamma)
+
+        return Impl(name, loss, "any", IMPLS["torch"].peak_bytes)
+
+    cfg = Config(B=2, N=6, M=5, D=2)
+    x, y = run.make_inputs(cfg, "cpu")
+    oracle = run.compute_oracle(x, y, cfg.gamma, "cpu")
+    group = [fake("a"), fake("slow", sleep=0.08), fake("b", fail_at=4)]
+    rows = run.measure_group(group, cfg, FORWARD, x, y, "cpu", lambda: oracle, 5, 0.2)
+    # warm-up + instrumented step each, then rounds: "slow" gets 3 steps (its step takes
+    # ~80 ms of a 0.2 s budget), "b" fails at its second timed step
+    assert calls[:6] == ["a", "a", "slow", "slow", "b", "b"]
+    assert calls[6:] == ["a", "slow", "b", "a", "slow", "b", "a", "slow", "a", "a"]
+    a, slow, b = rows
+    assert a["status"] == slow["status"] == "ok" and (a["repeats"], slow["repeats"]) == (5, 3)
+    assert b["status"] == "launch-failed" and "median" not in b
+    assert a["rel_err_value"] <= 1e-6 and slow["rel_err_value"] <= 1e-6
 
 
 def test_graphed_impls_need_a_real_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
