@@ -582,9 +582,11 @@ def measure_group(
     budget_s: float,
     back_to_back: bool = False,
 ) -> list[Row]:
-    """:func:`measure` for several implementations on the same inputs and mode, one row
-    each, with their timed steps taken in turn: one step of each implementation, then the
-    next round, until each has its own number of steps.
+    """The rows of ``impls`` on the same inputs and mode, one each: each implementation's
+    warm-up and one instrumented step, then timed steps; a failure becomes a status.  The
+    timed steps are taken in turn: one step of each implementation, then the next round,
+    until each has its own number of steps.  With ``back_to_back``, as many steps again back
+    to back (:func:`_back_to_back`): their time per step is the row's ``back_to_back_ms``.
 
     The host's speed drifts within one process (on the H200 machine a host-bound step at
     N = 128 took 0.47-0.91 ms in one sweep, ``probe-dev.txt`` run 77), so implementations
@@ -627,26 +629,6 @@ def measure_group(
             p.row["rel_err_grad_x"] = rel_err(p.outputs[1], ref.grad_x)
             p.row["rel_err_grad_y"] = rel_err(p.outputs[2], ref.grad_y)
     return rows
-
-
-def measure(
-    impl: Impl,
-    cfg: Config,
-    mode: str,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    device: str,
-    oracle: Callable[[], Oracle],
-    repeats: int,
-    budget_s: float,
-    back_to_back: bool = False,
-) -> Row:
-    """Warm-up, one instrumented step, then timed steps; a failure becomes a status.
-
-    With ``back_to_back``, then as many steps again back to back (:func:`_back_to_back`):
-    their time per step is the row's ``back_to_back_ms``."""
-    (row,) = measure_group([impl], cfg, mode, x, y, device, oracle, repeats, budget_s, back_to_back)
-    return row
 
 
 def barycenter_inputs(cfg: Config, device: str) -> torch.Tensor:

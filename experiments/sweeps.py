@@ -82,7 +82,7 @@ class Sweep:
     back_to_back : bool
         Also time the steps back to back, with no synchronisation between them (metric
         ``time_ms_back_to_back``: what a training loop that does not read the loss each step
-        gets; see :func:`experiments.run.measure`).
+        gets; see :func:`experiments.run.measure_group`).
     """
 
     name: str

@@ -199,7 +199,7 @@ def test_failures_become_statuses() -> None:
     impl = Impl("broken", broken, "any", IMPLS["torch"].peak_bytes)
     cfg = Config(B=2, N=13, M=13, D=2)
     x, y = run.make_inputs(cfg, "cpu")
-    row = run.measure(impl, cfg, FORWARD, x, y, "cpu", lambda: run.Oracle(""), 2, 0.01)
+    (row,) = run.measure_group([impl], cfg, FORWARD, x, y, "cpu", lambda: run.Oracle(""), 2, 0.01)
     assert row["status"] == "unsupported" and "limit" in row["note"]
 
 
@@ -276,7 +276,7 @@ def test_nograph_impls_turn_library_graphs_off(monkeypatch: pytest.MonkeyPatch) 
 @requires_gpu
 @pytest.mark.cuda
 def test_gpu_graphed_step_rows() -> None:
-    """``_graph_step`` through ``measure``: ok rows whose outputs (from a replay) match the
+    """``_graph_step`` through ``measure_group``: ok rows whose outputs (from a replay) match the
     float64 reference, with the kernels captured in the graph counted once."""
     cfg = Config(B=3, N=40, M=33, D=4)
     x, y = run.make_inputs(cfg, "cuda")
@@ -285,7 +285,7 @@ def test_gpu_graphed_step_rows() -> None:
     for path in ("fused", "unfused"):
         for mode in (FORWARD, FORWARD_BACKWARD):
             impl = IMPLS[f"sdtw-{path}-graph"]
-            row = run.measure(impl, cfg, mode, x, y, "cuda", lambda: oracle, 3, 0.1)
+            (row,) = run.measure_group([impl], cfg, mode, x, y, "cuda", lambda: oracle, 3, 0.1)
             assert row["status"] == "ok", row
             assert row["launches"] == launches.get((path, mode), 3)
             errs = [row["rel_err_value"]]
