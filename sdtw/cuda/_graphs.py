@@ -6,8 +6,8 @@ take 0.5-0.6 ms of host time (``probe --hostsplit``), while its kernels take 0.1
 B = 32, N = 128 and 0.5 ms at N = 512.  So :func:`call` captures the whole GPU side of a call
 (the kernels, the gradient matmuls, the buffers' fills) in a ``torch.cuda.CUDAGraph`` once the
 same *key* has run eagerly :data:`CAPTURE_AFTER` times, and from then on a call with that key
-copies its inputs into the graph's static ones, replays the graph and clones its outputs:
-about six torch calls of host time.
+copies its inputs into the graph's static ones (a driver copy each,
+:func:`sdtw.cuda._launch.copy_into`), replays the graph and clones its outputs.
 
 The key is everything the captured work depends on: the shapes and dtypes of x and y, their
 device and torch's current stream there, gamma, the band, fused or not, which gradients are

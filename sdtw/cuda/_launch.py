@@ -349,9 +349,10 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor, stream_ptr: int) -> None:
     """``dst.copy_(src)`` (no autograd), queued on the stream whose raw ``CUstream`` address is
     ``stream_ptr`` (torch's current stream on ``dst``'s device; ``dst``: contiguous, of
     ``src``'s shape and device).  Where ``src`` is contiguous and of ``dst``'s dtype, one
-    ``cuMemcpyDtoDAsync`` through ctypes: about a tenth of the host time of torch's ``copy_``,
-    which sets up a tensor iterator each time (``probe-dev.txt``, run 81); else torch's
-    ``copy_``."""
+    ``cuMemcpyDtoDAsync`` through ctypes, which skips the tensor iterator torch's ``copy_``
+    sets up each time: on the H200 machine 5.1 us against 7.2 timed in a loop (run 82 of
+    ``probe-dev.txt``), and 26-44 us against 37-64 for a replay's two copies in synchronised
+    steps (run 83; noisy); else torch's ``copy_``."""
     fn = _driver_memcpy() if src.dtype == dst.dtype and src.is_contiguous() else False
     if not fn:
         with torch.no_grad():
