@@ -166,12 +166,9 @@ class _Launcher:
         launch, handle, fmt, params = entry
         buf, extra = params.buf, params.extra  # this thread's own buffer
         fmt.pack_into(buf, 0, *flat)
-        rc = launch(handle, grid, 1, 1, block, 1, 1, 0, stream_ptr, None, extra)
-        if rc == _CUDA_ERROR_INVALID_CONTEXT:  # a thread with no current context yet
-            cuda.current_context()  # numba makes the device's primary context current
-            rc = launch(handle, grid, 1, 1, block, 1, 1, 0, stream_ptr, None, extra)
-        if rc != 0:
-            raise RuntimeError(f"sdtw: cuLaunchKernel failed with CUresult {rc}")
+        _driver_call(
+            launch, "cuLaunchKernel", handle, grid, 1, 1, block, 1, 1, 0, stream_ptr, None, extra
+        )
 
     def _find(self, conv: list, flat: list):
         if os.environ.get("SDTW_FAST_LAUNCH", "1") == "0":
@@ -186,7 +183,10 @@ class _Launcher:
             core_kernel = kern._codelibrary.get_cufunc().kernel
             layout = [(p.offset, p.size) for p in core_kernel.arguments_info]
             fmt = _param_format(flat, layout)
-            return _driver_launch(), int(core_kernel.handle), fmt, _ParamBuffer(fmt.size)
+            launch = _driver_launch()
+            if launch is None:
+                raise OSError("cuLaunchKernel not found in libcuda.so.1")
+            return launch, int(core_kernel.handle), fmt, _ParamBuffer(fmt.size)
         except Exception as exc:  # numba-cuda internals or the driver differ: regular path
             if not _Launcher.warned:
                 _Launcher.warned = True
@@ -310,39 +310,46 @@ _CU_LAUNCH_PARAM_END = 0
 _CU_LAUNCH_PARAM_BUFFER_POINTER = 1
 _CU_LAUNCH_PARAM_BUFFER_SIZE = 2
 _CUDA_ERROR_INVALID_CONTEXT = 201
-_cu_launch_fn = None
+_driver_fns: dict[str, object] = {}
+
+
+def _driver_fn(name: str, argtypes: list):
+    """The driver library's function ``name`` through ctypes (loaded once, returning a
+    ``CUresult``), or None where the library or the function is missing."""
+    fn = _driver_fns.get(name, False)
+    if fn is False:
+        try:
+            fn = getattr(ctypes.CDLL("libcuda.so.1"), name)
+        except (OSError, AttributeError):
+            fn = None
+        else:
+            fn.argtypes = argtypes
+            fn.restype = ctypes.c_int
+        _driver_fns[name] = fn
+    return fn
+
+
+def _driver_call(fn, what: str, *args) -> None:
+    """``fn(*args)``, a driver call; once more after making the device's primary context
+    current where this thread had none yet (Numba does that), and an error if it fails."""
+    rc = fn(*args)
+    if rc == _CUDA_ERROR_INVALID_CONTEXT:
+        cuda.current_context()
+        rc = fn(*args)
+    if rc != 0:
+        raise RuntimeError(f"sdtw: {what} failed with CUresult {rc}")
 
 
 def _driver_launch():
-    """``cuLaunchKernel`` of the driver library, through ctypes (loaded once)."""
-    global _cu_launch_fn
-    if _cu_launch_fn is None:
-        fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
-        u = ctypes.c_uint
-        vp = ctypes.c_void_p
-        fn.argtypes = [vp, u, u, u, u, u, u, u, vp, vp, vp]
-        fn.restype = ctypes.c_int
-        _cu_launch_fn = fn
-    return _cu_launch_fn
-
-
-_cu_memcpy_fn = None
+    """``cuLaunchKernel``, or None."""
+    u, vp = ctypes.c_uint, ctypes.c_void_p
+    return _driver_fn("cuLaunchKernel", [vp, u, u, u, u, u, u, u, vp, vp, vp])
 
 
 def _driver_memcpy():
-    """``cuMemcpyDtoDAsync_v2`` of the driver library, through ctypes (loaded once), or
-    False where the library lacks it."""
-    global _cu_memcpy_fn
-    if _cu_memcpy_fn is None:
-        try:
-            fn = ctypes.CDLL("libcuda.so.1").cuMemcpyDtoDAsync_v2
-        except (OSError, AttributeError):
-            _cu_memcpy_fn = False
-        else:
-            fn.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
-            fn.restype = ctypes.c_int
-            _cu_memcpy_fn = fn
-    return _cu_memcpy_fn
+    """``cuMemcpyDtoDAsync_v2``, or None."""
+    u64 = ctypes.c_uint64
+    return _driver_fn("cuMemcpyDtoDAsync_v2", [u64, u64, ctypes.c_size_t, ctypes.c_void_p])
 
 
 def copy_into(dst: torch.Tensor, src: torch.Tensor, stream_ptr: int) -> None:
@@ -353,18 +360,13 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor, stream_ptr: int) -> None:
     sets up each time: on the H200 machine 5.1 us against 7.2 timed in a loop (run 82 of
     ``probe-dev.txt``), and 26-44 us against 37-64 for a replay's two copies in synchronised
     steps (run 83; noisy); else torch's ``copy_``."""
-    fn = _driver_memcpy() if src.dtype == dst.dtype and src.is_contiguous() else False
-    if not fn:
+    fn = _driver_memcpy() if src.dtype == dst.dtype and src.is_contiguous() else None
+    if fn is None:
         with torch.no_grad():
             dst.copy_(src)
         return
     nbytes = dst.numel() * dst.element_size()
-    rc = fn(dst.data_ptr(), src.data_ptr(), nbytes, stream_ptr)
-    if rc == _CUDA_ERROR_INVALID_CONTEXT:  # a thread with no current context yet
-        cuda.current_context()
-        rc = fn(dst.data_ptr(), src.data_ptr(), nbytes, stream_ptr)
-    if rc != 0:
-        raise RuntimeError(f"sdtw: cuMemcpyDtoDAsync failed with CUresult {rc}")
+    _driver_call(fn, "cuMemcpyDtoDAsync", dst.data_ptr(), src.data_ptr(), nbytes, stream_ptr)
 
 
 _launchers: dict[int, _Launcher] = {}
