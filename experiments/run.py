@@ -91,7 +91,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -525,7 +525,7 @@ class _Point:
     step: Callable[[], Outputs] | None = None
     outputs: list | None = None
     n: int = 0
-    times: list[float] | None = None
+    times: list[float] = field(default_factory=list)
 
 
 def _failed(point: _Point, exc: BaseException) -> None:
@@ -566,7 +566,7 @@ def _prepare(
         _failed(point, exc)
         return point
     point.n = _repeats(repeats, budget_s, row.pop("seconds"))
-    point.row, point.step, point.times = row, step, []
+    point.row, point.step = row, step
     return point
 
 
