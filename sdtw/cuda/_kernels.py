@@ -1046,6 +1046,30 @@ def _put16(sh, dd, rh, v, first, lim, d_ok):
     _put1(sh, dd, rh + 30, v[15], d_ok and first + 30 <= lim)
 
 
+def _fmma_sim(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, xsh, ysh, k0, rb, cb, g, t):
+    """The simulator's twin of one lane's ``mma.m16n8k8.f64`` in the fused forward's
+    products (it has no warp-collective matrix op): the lane's four outputs (rows
+    ``rb + g (+ 8)``, columns ``cb + 2 t (+ 1)``) from the staged features ``k0 .. k0 + 7``
+    (``xsh[k, row]``, ``ysh[k, column]``)."""
+    for k in range(k0, k0 + 8):
+        x0 = xsh[k, rb + g]
+        x1 = xsh[k, rb + g + 8]
+        y0 = ysh[k, cb + 2 * t]
+        y1 = ysh[k, cb + 2 * t + 1]
+        c0 += x0 * y0
+        c1 += x0 * y1
+        c2 += x1 * y0
+        c3 += x1 * y1
+    return c0, c1, c2, c3
+
+
+def _fmma_gpu(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, xsh, ysh, k0, rb, cb, g, t):
+    return _dmma(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3)
+
+
+fmma = _device(_fmma_sim if SIMULATED else _fmma_gpu)
+
+
 #: Where the forward kernel gets its costs (a compile-time constant of each kernel).
 COST, FUSED, SPLIT, HILO = "cost", "fused", "split", "hilo"
 
@@ -1244,13 +1268,59 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         sync_band()
 
     @_device
-    def products(acc, xsh, ysh, e, tid, yy):
-        """Add staged feature ``e``'s products ``x_r y`` (all rows r, this lane's column) to
-        ``acc`` and ``y^2`` to ``yy``."""
-        yv = ysh[e, tid]
-        for r in range(TB):
-            acc[r] += xsh[e, r] * yv
-        return yy + yv * yv
+    def products(acc, xsh, ysh, tid, yy):
+        """Add the staged pass's products to the warp's 32 x 32 tile of dot products, on the
+        float64 tensor cores: for each 8 of its ``DC`` features, 8 ``mma.m16n8k8.f64`` (the
+        tile as 2 x 4 tiles of 16 x 8, this lane's accumulators ``acc[16 a + 4 c + q]`` in
+        the C layout of :func:`_dmma_intrinsic`: rows ``16 a + g (+ 8)``, columns
+        ``8 c + 2 t (+ 1)``, ``g = tid // 4``, ``t = tid % 4``); and this lane's column's
+        ``y^2`` to ``yy``."""
+        g = tid >> 2
+        t = tid & 3
+        for k0 in range(0, DC, 8):
+            kt = k0 + t
+            b = (
+                ysh[kt, g],
+                ysh[kt + 4, g],
+                ysh[kt, g + 8],
+                ysh[kt + 4, g + 8],
+                ysh[kt, g + 16],
+                ysh[kt + 4, g + 16],
+                ysh[kt, g + 24],
+                ysh[kt + 4, g + 24],
+            )
+            for a in range(2):
+                r = 16 * a + g
+                a0 = xsh[kt, r]
+                a1 = xsh[kt, r + 8]
+                a2 = xsh[kt + 4, r]
+                a3 = xsh[kt + 4, r + 8]
+                for c in range(4):
+                    q = 16 * a + 4 * c
+                    d = fmma(
+                        a0,
+                        a1,
+                        a2,
+                        a3,
+                        b[2 * c],
+                        b[2 * c + 1],
+                        acc[q],
+                        acc[q + 1],
+                        acc[q + 2],
+                        acc[q + 3],
+                        xsh,
+                        ysh,
+                        k0,
+                        16 * a,
+                        8 * c,
+                        g,
+                        t,
+                    )
+                    acc[q], acc[q + 1], acc[q + 2], acc[q + 3] = d
+        for e in range(DC):
+            yv = ysh[e, tid]
+            yy += yv * yv
+        return yy
 
     @_device
     def group(blk, wup, rowb, pb, tid, s0, grp, st, lead, width, pub, scale, xch):
@@ -1270,13 +1340,22 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         return step(blk, wup, rowb, pb, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
 
     @_device
-    def distances(acc, yy, xn, blk, i0, N, M, jl, scale):
-        """Scaled squared distances of column ``jl`` (this lane's) to the band's rows, from the
-        accumulated products, into the ring (zero outside the table)."""
-        for r in range(TB):
-            v = xn[r] + yy - 2.0 * acc[r]
-            v = (0.0 if v < 0.0 else v) * scale  # clamped at 0, NaN kept
-            blk[_slot(0, r, jl, 1)] = v if (i0 + r < N and jl < M) else 0.0
+    def distances(acc, yn, xn, blk, i0, N, M, j0, tid, scale):
+        """Scaled squared distances of this lane's 32 cells of the tile (see
+        :func:`products`; columns from ``j0``), from the accumulated products and the norms
+        ``xn`` (rows) and ``yn`` (columns, in shared memory), into the ring (zero outside
+        the table)."""
+        g = tid >> 2
+        t = tid & 3
+        for a in range(2):
+            for c in range(4):
+                for q in range(4):
+                    r = 16 * a + g + 8 * (q >> 1)
+                    cl = 8 * c + 2 * t + (q & 1)
+                    jl = j0 + cl
+                    v = xn[r] + yn[cl] - 2.0 * acc[16 * a + 4 * c + q]
+                    v = (0.0 if v < 0.0 else v) * scale  # clamped at 0, NaN kept
+                    blk[_slot(0, r, jl, 1)] = v if (i0 + r < N and jl < M) else 0.0
 
     @_kernel
     def forward(X, Y, N, M, D, gamma, lo, hi, P, Rb, out, store):
@@ -1379,6 +1458,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
             return
         if fused:
             xn = cuda.shared.array(TB, float64)  # |x_i|^2 of the band's rows
+            yn = cuda.shared.array(TW, float64)  # |y_j|^2 of the chunk's columns
             xx = 0.0
             ii = min(i, N - 1)
             for d in range(D):
@@ -1404,9 +1484,10 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                 acc[r] = 0.0
             for d0 in range(0, D, DC):
                 stage_pass(Xb, Yb, xsh, ysh, i0, 0, N, M, D, d0, dd, rh)
-                for e in range(DC):
-                    yy = products(acc, xsh, ysh, e, tid, yy)
-            distances(acc, yy, xn, blk, i0, N, M, tid, scale)
+                yy = products(acc, xsh, ysh, tid, yy)
+            yn[tid] = yy
+            sync_band()  # every lane's column norm in yn
+            distances(acc, yn, xn, blk, i0, N, M, 0, tid, scale)
         if not fused and not mover:
             jn = uint32(min(tid, M - 1))
             a = _ld32(Xb, jn, Mu, nr1)
@@ -1468,8 +1549,8 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                 yy = 0.0
                 for d0 in range(0, D, DC):
                     stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh)
-                    for e in range(DC):
-                        yy = products(acc, xsh, ysh, e, tid, yy)
+                    yy = products(acc, xsh, ysh, tid, yy)
+                yn[tid] = yy  # (read after the barriers below)
             sync_band()
             # Chunk c - 1 is complete now: write its weights out, coalesced along columns.
             if store and c > 0:
@@ -1477,7 +1558,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
             sync_band()
             if fused and jn0 < M:
                 # chunk c + 1's distances, into chunk c - 1's slots (written out just above)
-                distances(acc, yy, xn, blk, i0, N, M, jn0 + tid, scale)
+                distances(acc, yn, xn, blk, i0, N, M, jn0, tid, scale)
         flush_rest(Rb, pubs, own, nchunks * TW, M, True, plag)
         _stamp(Rb, t, 2, B * nb)
         if i == N - 1:  # the publishing lane of the last band: its own shared store
