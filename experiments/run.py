@@ -34,7 +34,8 @@ gradient) or ``forward+backward`` (``loss.sum().backward()``):
    before the first kernel.  The implementations of one configuration and mode take their
    timed steps in turn, one step each per round (:func:`measure_group`; steps 2 and 3 come
    first, for each in order): the host's speed drifts within a process, and timed in turn
-   they all see the same drift;
+   they all see the same drift.  The eager implementations go in turn among themselves, the
+   ``graphed`` ones (below) among themselves after them (:func:`_turn_groups`);
 5. in sweeps with ``back_to_back`` (``targets``), as many steps again run back to back, with
    no synchronisation in between (a second row, metric ``time_ms_back_to_back``: one interval
    over all of them, no percentiles), which is what a training loop that does not read the
@@ -823,8 +824,9 @@ def _run_config(
     deadline: float | None,
 ) -> bool:
     """Every (impl, mode) of one configuration, sharing its inputs and its reference;
-    ``False`` if the deadline stopped it.  The implementations of one mode are measured as a
-    group, their timed steps in turn (:func:`measure_group`); barycenter points one by one."""
+    ``False`` if the deadline stopped it.  The implementations of one mode are measured in
+    groups (:func:`_turn_groups`), the timed steps of each group's implementations in turn
+    (:func:`measure_group`); barycenter points one by one."""
     is_barycenter = sweep.task == "barycenter"
     inputs: tuple[torch.Tensor, ...] | None = None
     cached: list[Oracle] = []
@@ -877,13 +879,13 @@ def _run_config(
         todo = [name for name in names if not gates[name][0]]
         bar.set_postfix_str(f"{mode} {where}: {', '.join(todo) or '-'}", refresh=False)
         measured: dict[str, Row] = {}
-        if todo:
+        for turn in _turn_groups(todo):
             inputs = inputs or make_inputs(cfg, device)
-            group = [IMPLS[name] for name in todo]
+            group = [IMPLS[name] for name in turn]
             rows = measure_group(
                 group, cfg, mode, *inputs, device, oracle, repeats, budget_s, sweep.back_to_back
             )
-            measured = dict(zip(todo, rows, strict=True))
+            measured.update(zip(turn, rows, strict=True))
             _free_memory(device)
         for name in names:
             status, note, predicted = gates[name]
@@ -893,6 +895,22 @@ def _run_config(
                 rows.append(_back_to_back_row(row))
             write(name, mode, predicted, rows)
     return True
+
+
+def _turn_groups(names: list[str]) -> list[list[str]]:
+    """``names`` (one configuration and mode) split into the groups whose timed steps go in
+    turn: the eager calls, then the whole-step graph replays (:attr:`Impl.graphed`), each in
+    the given order, empty groups left out.
+
+    A graph replay is timed from an idle GPU, so its time includes the host's submission of
+    the replay, and that takes longer right after another implementation's eager step: on the
+    H200 at B = 32, N = 128, D = 64 the fused whole-step replay took 0.118 ms timed alone,
+    0.110-0.117 in turn with the unfused one and 0.167-0.168 in turn with all six sdtw
+    implementations (``probe-dev.txt`` run 90).  Eager steps are timed in turn with eager
+    steps, which are host-bound alike at small N."""
+    eager = [n for n in names if not IMPLS[n].graphed]
+    graphed = [n for n in names if IMPLS[n].graphed]
+    return [g for g in (eager, graphed) if g]
 
 
 def _back_to_back_row(row: Row) -> Row:

@@ -236,6 +236,42 @@ def test_group_times_its_implementations_in_turn() -> None:
     assert a["rel_err_value"] <= 1e-6 and slow["rel_err_value"] <= 1e-6
 
 
+def test_graph_replays_are_timed_in_turn_among_themselves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_run_config`` times the eager implementations of a mode in turn among themselves and
+    the whole-step graph replays in a group of their own after them, each group in the
+    sweep's order, and writes every implementation's row."""
+    groups: list[list[str]] = []
+
+    def recorder(impls, cfg, mode, *args, **kwargs):
+        groups.append([impl.name for impl in impls])
+        return [{"median": float(len(groups))} for _ in impls]
+
+    monkeypatch.setattr(run, "measure_group", recorder)
+    fake = {
+        name: dataclasses.replace(IMPLS["torch"], name=name, graphed=graphed)
+        for name, graphed in (("e1", False), ("g1", True), ("e2", False), ("g2", True))
+    }
+    monkeypatch.setattr(run, "IMPLS", {**run.IMPLS, **fake})
+    written: list[dict] = []
+
+    class Writer:
+        def write(self, row: dict) -> None:
+            written.append(row)
+
+    class Bar:
+        def update(self) -> None: ...
+
+        def set_postfix_str(self, *args, **kwargs) -> None: ...
+
+    points = [(name, FORWARD) for name in ("g1", "e1", "g2", "e2")]
+    done = run._run_config(
+        SWEEPS["cpu"], Config(B=2, N=6, M=5, D=2), points, "cpu", Writer(), Bar(), 3, 0.1, 1, None
+    )
+    assert done and groups == [["e1", "e2"], ["g1", "g2"]]
+    assert {r["impl"]: r["median"] for r in written} == {"e1": 1.0, "e2": 1.0, "g1": 2.0, "g2": 2.0}
+    assert run._turn_groups(["g1", "g2"]) == [["g1", "g2"]] and run._turn_groups([]) == []
+
+
 def test_graphed_impls_need_a_real_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CUDA-graph rows run on a real GPU only (the simulator has no graphs), and the
     targets sweep times them next to the eager steps."""
