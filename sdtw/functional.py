@@ -210,16 +210,15 @@ def softdtw(
         * with gradients: fused.  It puts float64 distances (from a float64 tensor-core
           kernel, whatever the inputs' dtype) in the weights buffer that the backward needs
           anyway, so it stores no cost tensor and no separate gradient: a third less memory
-          than unfused, about as fast (on an H200, 0.96-1.15x the unfused time on the paper's
+          than unfused, about as fast (on an H200, 0.96-1.07x the unfused time on the paper's
           grid with the host's share removed by a CUDA graph of the whole step; eager calls,
-          host-bound and noisy at small N, 0.78-1.75x, the ends at N = 128 where the host path
-          is the same for both), and for float32 inputs more accurate
+          host-bound at small N, 1.01-1.45x), and for float32 inputs more accurate
           (gradients within ~1e-7 of float64, where the unfused float32 cost tensor gives
           ~1e-5, and more on nearly tied paths at small gamma).
         * without gradients: unfused when the cost tensor takes at most a quarter of the free
-          GPU memory (on an H200 its forward is 4.7-6.4x faster at N = 512-2048, D = 64),
-          else fused, whose forward computes the distances inside the DP kernel and stores no
-          (N, M) buffer at all.
+          GPU memory (on an H200 its forward is 2.4-2.7x faster at N = 512-2048, D = 64),
+          else fused, whose forward computes the distances inside the DP kernel (their dot
+          products on the float64 tensor cores) and stores no (N, M) buffer at all.
     backend : {"auto", "cpu", "cuda", "reference"}
         See the module docstring for the table and the ``"auto"`` rule.
 

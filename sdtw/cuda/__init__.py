@@ -50,7 +50,8 @@ cost (unfused only)           ``s N M`` (caller's)       caller
 So a fused float32 step peaks near ``8 N M`` bytes per pair (+6%), an unfused one near
 ``12 N M``, both inside the forward call (from x, y); between forward and backward a pair
 holds its gradients only.  A forward without gradient stores no (N, M) buffer at all (fused,
-it computes the distances inside the DP kernel).  Launches per training step, whatever N
+it computes the distances inside the DP kernel, their dot products on the float64 tensor
+cores).  Launches per training step, whatever N
 and M: fused, three Numba kernels (park, DP forward, DP backward), all in the forward call;
 unfused from x and y, three likewise (:func:`sqeuclidean_cost`'s park kernel writing the
 cost, then the DP forward and backward); from a cost tensor, one in the forward and one in
