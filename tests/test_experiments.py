@@ -402,6 +402,28 @@ def test_barycenter_failure_becomes_a_status_row() -> None:
         assert row["metric"] == barycenter.METRICS[mode][0]
 
 
+def test_barycenter_solve_is_warmed_up_by_a_short_solve() -> None:
+    """Before the timed solve, a short solve of the same kind runs its calls once (a solve
+    that runs out of iterations ends with an objective without gradients, which may compile
+    a kernel of its own); the timed solve is the last, with the sweep's ``max_iter``."""
+    calls: list[tuple[int, bool]] = []
+    torch_impl = IMPLS["torch"]
+
+    def recording(X: torch.Tensor, gamma: float, max_iter: int, early: bool) -> list[float]:
+        calls.append((max_iter, early))
+        return [3.0, 2.0, 1.0][: max_iter + 1]
+
+    impl = dataclasses.replace(torch_impl, name="rec", barycenter=recording)
+    cfg = SWEEPS["barycenter"].grid("cpu", True)[0]
+    X = run.barycenter_inputs(cfg, "cpu")
+    for mode, early in ((barycenter.EARLY_STOP, True), (barycenter.NO_EARLY_STOP, False)):
+        calls.clear()
+        rows = run.measure_barycenter(impl, cfg, mode, X, "cpu", 2, 0.01, 7)
+        assert calls == [(run._SOLVE_WARMUP, early), (7, early)]
+        assert {r["metric"]: r["median"] for r in rows}["iterations"] == 2
+        assert all(r["status"] == "ok" for r in rows)
+
+
 def test_adam_loop_follows_the_library() -> None:
     # The loop that runs the paper's design is sdtw.softdtw_barycenter's, given sdtw's loss.
     from sdtw import softdtw_barycenter
