@@ -227,15 +227,19 @@ def test_launch_parameter_buffer():
 
 @requires_sim
 @pytest.mark.cudasim
-@pytest.mark.parametrize("B,N,M,D", [(1, 33, 40, 70), (2, 5, 7, 3)])
-def test_sim_fused_no_grad(rng, B, N, M, D):
+@pytest.mark.parametrize(
+    "B,N,M,D,bandwidth", [(1, 33, 40, 70, None), (2, 5, 7, 3, None), (1, 37, 21, 9, 6)]
+)
+def test_sim_fused_no_grad(rng, B, N, M, D, bandwidth):
     """Without gradients the fused forward computes the distances in the DP kernel itself (no
-    (N, M) buffer): its own path, checked here (D = 70: several staging passes, one partial)."""
+    (N, M) buffer): its own path, checked here (D = 70: several staging passes, one partial;
+    a band)."""
     x, y = randn(rng, B, N, D), randn(rng, B, M, D)
+    kw = {"bandwidth": bandwidth, "backend": "cuda", "fused": True}
     with torch.no_grad():
-        v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
-        v32 = sdtw.softdtw(x.float(), y.float(), gamma=0.1, backend="cuda", fused=True)
-    ref = sdtw.softdtw(x, y, gamma=0.1, backend="cpu")
+        v = sdtw.softdtw(x, y, gamma=0.1, **kw)
+        v32 = sdtw.softdtw(x.float(), y.float(), gamma=0.1, **kw)
+    ref = sdtw.softdtw(x, y, gamma=0.1, bandwidth=bandwidth, backend="cpu")
     assert rel_err(v, ref) <= TOL[torch.float64] and rel_err(v32, ref) <= TOL[torch.float32]
 
 
@@ -613,15 +617,29 @@ def test_gpu_mover_matches_one_warp(monkeypatch, rng, dtype, busy):
 
 @requires_gpu
 @pytest.mark.cuda
-@pytest.mark.parametrize("B,N,M,D", [(3, 77, 1025, 5), (2, 513, 31, 70), (4, 512, 512, 64)])
-def test_gpu_fused_no_grad(rng, B, N, M, D):
-    """Without gradients the fused forward computes the distances inside the DP kernel."""
-    x = randn(rng, B, N, D, dtype=torch.float32, device="cuda")
-    y = randn(rng, B, M, D, dtype=torch.float32, device="cuda")
-    ref = sdtw.softdtw(x.cpu().double(), y.cpu().double(), gamma=0.01, backend="cpu")
+@pytest.mark.parametrize(
+    "B,N,M,D,dtype,bandwidth",
+    [
+        (3, 77, 1025, 5, torch.float32, None),
+        (2, 513, 31, 70, torch.float32, None),
+        (4, 512, 512, 64, torch.float32, None),
+        (2, 300, 129, 17, torch.float64, None),
+        (3, 257, 190, 9, torch.float32, 40),
+        (2, 97, 161, 33, torch.float64, 25),
+    ],
+)
+def test_gpu_fused_no_grad(rng, B, N, M, D, dtype, bandwidth):
+    """Without gradients the fused forward computes the distances inside the DP kernel (their
+    dot products on the float64 tensor cores, 8 features at a time: D past and short of
+    multiples of 8), float32 and float64, with and without a band."""
+    x = randn(rng, B, N, D, dtype=dtype, device="cuda")
+    y = randn(rng, B, M, D, dtype=dtype, device="cuda")
+    ref = sdtw.softdtw(
+        x.cpu().double(), y.cpu().double(), gamma=0.01, bandwidth=bandwidth, backend="cpu"
+    )
     with torch.no_grad():
-        v = sdtw.softdtw(x, y, gamma=0.01, fused=True, backend="cuda")
-    assert rel_err(v.cpu().double(), ref) <= TOL[torch.float32]
+        v = sdtw.softdtw(x, y, gamma=0.01, bandwidth=bandwidth, fused=True, backend="cuda")
+    assert rel_err(v.cpu().double(), ref) <= TOL[dtype]
 
 
 @requires_gpu
