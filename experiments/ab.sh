@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A/B of two versions of the kernels on one GPU, in one device call: python -m experiments.probe
-# --kernels N (each kernel's GPU time in a B = 32, D = 64 training step, torch.profiler) under the
-# other version's sdtw/ and under this tree's, alternating, ROUNDS times each (default 2), so
-# that both versions see the same machine and clocks.  Only the sdtw package comes from
+# --kernels N (each kernel's GPU time in a B = 32, D = 64 training step, torch.profiler; or the
+# probe AB_PROBE names, e.g. AB_PROBE=--nograd: the forward without gradients, fused and
+# unfused, with the sum of its values) under the other version's sdtw/ and under this tree's,
+# alternating, ROUNDS times each (default 2), so that both versions see the same machine and
+# clocks.  Only the sdtw package comes from
 # OLD_TREE; the probe and the rest are this tree's (the probe must still run against the old
 # package's API).
 # Usage: bash experiments/ab.sh OLD_TREE N [N ...]
@@ -34,7 +36,8 @@ for n in "$@"; do
         for side in A B; do
             if [ "$side" = A ]; then dir=$side_a; else dir=$here; fi
             # shellcheck disable=SC2086
-            (cd "$dir" && PYTHONPATH=. python3 -m experiments.probe --kernels "$n" ${AB_FLAGS:-}) \
+            (cd "$dir" && PYTHONPATH=. python3 -m experiments.probe "${AB_PROBE:---kernels}" "$n" \
+                ${AB_FLAGS:-}) \
                 > "$log" 2>&1 ||
                 { status=1; tail -2 "$log" | sed "s/^/$side round $round: /"; }
             grep -E "^B=.*(forward|backward|all kernels)" "$log" |

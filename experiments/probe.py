@@ -24,6 +24,8 @@ and GPU timelines) of a few training steps at B = 32, D = 64, N in 128, 512, 102
 file per case in OUTDIR;
 ``--graphs [N]``: eager steps against CUDA-graph replays of the same steps (B = 32,
 N = 512, 1024, 2048 or N);
+``--nograd [N] [--float64]``: the forward without gradients, fused and unfused (B = 32,
+D = 64, N = 512, 1024, 2048 or N), with the sum of its values;
 ``--mover [N]``: whole-step CUDA-graph replays of a fused float32 training step with the mover
 variants off, on in the forward, and on in the forward and the backward, in turn in one
 process (B = 32, D = 64, N = 512 or N);
@@ -33,6 +35,7 @@ how far each band runs behind the one it reads from, and the time per step.
 
 from __future__ import annotations
 
+import functools
 import statistics
 
 import torch
@@ -762,6 +765,27 @@ def graph_split(N: int = 512, B: int = 32, D: int = 64, n: int = 60) -> None:
         print(f"   {'step (GPU)':22s} {'':17s} {med(host_only['step (GPU)']):8.1f}", flush=True)
 
 
+def no_grad_forward(
+    N: int | None = None, B: int = 32, D: int = 64, dtype=torch.float32, n: int = 15
+) -> None:
+    """The forward without gradients, fused (distances inside the DP kernel) and unfused
+    (the park kernel's cost tensor, then the DP): CUDA-event median of ``n`` calls at
+    B = 32, D = 64, N = M in 512, 1024, 2048 (or N), and the sum of the values, to compare
+    two versions bit for bit (``AB_PROBE=--nograd experiments/ab.sh``)."""
+    for n_len in (N,) if N else (512, 1024, 2048):
+        gen = torch.Generator(device="cuda").manual_seed(n_len)
+        x = torch.randn(B, n_len, D, device="cuda", dtype=dtype, generator=gen)
+        y = torch.randn(B, n_len, D, device="cuda", dtype=dtype, generator=gen)
+        for fused in (True, False):
+            ms = median_ms(functools.partial(_no_grad, x, y, fused), n)
+            total = _no_grad(x, y, fused).double().sum().item()
+            print(
+                f"B={B} N={n_len} D={D} {str(dtype)[6:]} forward without gradients, "
+                f"{'fused' if fused else 'unfused'}: {ms:.3f} ms (values sum {total!r})",
+                flush=True,
+            )
+
+
 def _no_grad(x, y, fused):
     with torch.no_grad():
         return sdtw.softdtw(x, y, backend="cuda", fused=fused)
@@ -794,12 +818,13 @@ def main() -> None:
         "--kernels": (kernels, True),
         "--graphs": (graphs, True),
         "--mover": (mover_ab, True),
+        "--nograd": (no_grad_forward, True),
         "--lag": (lag, False),
     }
     for flag, (probe, takes_n) in modes.items():
         if flag in sys.argv:
             kwargs = number_after(flag) if takes_n else {}
-            if flag == "--kernels" and "--float64" in sys.argv:
+            if flag in ("--kernels", "--nograd") and "--float64" in sys.argv:
                 kwargs["dtype"] = torch.float64
             probe(**kwargs)
             return
