@@ -175,13 +175,19 @@ def _source_note(results: Results, sweeps: Sequence[str]) -> str:
         where = results.folder.resolve().relative_to(REPO)
     except ValueError:
         where = Path(results.folder.name)
-    prov = results.provenance(sweeps[0])
+    provs = [results.provenance(s) for s in sweeps]
+
+    def distinct(column: str, width: int | None = None) -> str:
+        """The column's distinct values over all ``sweeps``, cut to ``width`` characters."""
+        values = {v.strip()[:width] for p in provs for v in str(p[column]).split(" / ")}
+        return " / ".join(sorted(v for v in values if v))
+
     files = ", ".join(f"{s}.csv" for s in sweeps)
-    # short commit names: several runs' commits must fit on the line (the CSVs have them whole)
-    shas = " / ".join(sha.strip()[:7] for sha in str(prov["git_sha"]).split("/"))
+    # short commit names and days: several runs' must fit on the line (the CSVs have them whole)
     return (
-        f"data: {where.as_posix()}/{{{files}}}; {prov['gpu']}, torch {prov['torch']}, "
-        f"numba-cuda {prov['numba_cuda']}, git {shas}, {prov['date_utc'][:10]}"
+        f"data: {where.as_posix()}/{{{files}}}; {distinct('gpu')}, torch {distinct('torch')}, "
+        f"numba-cuda {distinct('numba_cuda')}, git {distinct('git_sha', 7)}, "
+        f"{distinct('date_utc', 10)}"
     )
 
 
