@@ -2,7 +2,8 @@
 # One GPU call: the GPU tests, compute-sanitizer on a small case, probes, then benchmark sweeps.
 # Usage: bash experiments/gpu_run.sh OUTDIR [SWEEP ...]   (default sweeps: targets paper-grid gamma)
 # Writes OUTDIR/<sweep>.csv and OUTDIR/gpu-run.tar.gz, which holds those and tests.log,
-# sanitizer.log, probe.txt (experiments.probe), steady.txt (probe --steady: host vs wall time
+# sanitizer.log, probe.txt (experiments.probe, then --nograd: the forward without gradients),
+# steady.txt (probe --steady: host vs wall time
 # of a step; probe --hostsplit N: host time per function and to the first launch), kernels.txt
 # (probe --kernels N for N = 512, 1024, 2048: GPU time per kernel in a step) and sweeps.log
 # (the device tool returns at most 8 files); prints the summaries.
@@ -57,6 +58,7 @@ if [ "${SDTW_SKIP_TESTS:-0}" != 1 ] && [ "${SDTW_SKIP_CHECKS:-0}" != 1 ]; then
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|cut after" "$out/sanitizer.log" |
         sort | uniq -c
     limited "${SDTW_T_PROBE:-120}" "$out/probe.txt" python3 -m experiments.probe
+    limited "${SDTW_T_PROBE:-120}" "$out/probe.txt" python3 -m experiments.probe --nograd
     limited "${SDTW_T_PROBE:-120}" "$out/steady.txt" python3 -m experiments.probe --steady
     for n in 512 1024; do
         limited "${SDTW_T_PROBE:-120}" "$out/steady.txt" python3 -m experiments.probe --hostsplit "$n"
