@@ -210,7 +210,6 @@ def host_split(B: int = 32, N: int = 512, D: int = 64, n: int = 40) -> None:
     """Mean inclusive host time per step of each launcher-level function in a synchronised
     training step (wrapped with timers; no profiler), fused and unfused, and the host time
     from the step's start to its first kernel launch (the GPU idles that long)."""
-    import functools
     import time
     from collections import defaultdict
 
@@ -671,7 +670,6 @@ def graph_split(N: int = 512, B: int = 32, D: int = 64, n: int = 60) -> None:
     through the graph, and the tail after it.  Medians of ``n``; the events cost host time
     themselves, so the step is a few us slower than unprobed (its median is printed too), and
     a second pass takes the host times with events at the step's ends only."""
-    import functools
     import itertools
     import time
 
