@@ -35,10 +35,10 @@ copying the inputs in (:func:`experiments.run._graph_step`), so a step's host ti
 copies and one graph launch; their ``peak_mem_bytes`` is what the captured graph keeps
 allocated.  Their loss runs with the library's own graphs off, as the README advises a caller
 that captures whole steps: in the warm-up steps (on a side stream) the library would capture
-a graph of its own that the replays never use, but that counts toward its budget of kept
-graphs (:mod:`sdtw.cuda._graphs`), and at B N M = 2^25 pushes out the eager rows' graphs
-while they are timed in turn with these (:func:`experiments.run.measure_group`).  Real GPUs
-only (the simulator has no graphs).
+a graph of its own that the replays never use, but that holds memory and counts toward its
+budget of kept graphs (:mod:`sdtw.cuda._graphs`).  They are timed in turn among themselves,
+after the eager rows (:func:`experiments.run._turn_groups`).  Real GPUs only (the simulator
+has no graphs).
 
 The two peers are other projects' code, measured as installed when importable (``Impl.unavailable``
 says why not; a sweep then leaves them out with a note).
