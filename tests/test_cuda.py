@@ -6,6 +6,7 @@ tiny sizes: the simulator is slow); ``cuda`` tests run on a GPU and skip cleanly
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 
@@ -1110,3 +1111,106 @@ def test_gpu_library_graph_inference_mode_is_its_own_key(rng, lib_graphs):
             b = sdtw.softdtw(x, y, gamma=0.1)
     assert lib_graphs.graph_count() == 2
     assert rel_err(a, expected) <= 1e-6 and rel_err(b, expected) <= 1e-6
+
+
+_CACHE_KEY_SCRIPT = """
+import sys
+from numba.core import types
+from sdtw.cuda import _kernels as K
+
+
+class Codegen:
+    def magic_tuple(self):
+        return ("nvptx64", "sm_90", "")
+
+
+sig = (types.float32[::1], types.int64)
+print(K.DISK_CACHE, K.DISK_CACHE_PROBLEM)
+for d in (K.FORWARD[("fused", True, True, False)], K.BACKWARD[(True, True, True)], K.PARK32):
+    print(type(d._cache).__name__ if K.DISK_CACHE else "-", d._cache._index_key(sig, Codegen())
+          if K.DISK_CACHE else "")
+"""
+
+
+def _run_kernels_script(script: str, **env) -> str:
+    import subprocess
+    import sys
+
+    full_env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0", **env}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=full_env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_kernel_disk_cache_keys_are_the_same_in_every_process(tmp_path):
+    """The kernels' on-disk cache keys (:func:`sdtw.cuda._kernels._cache_class`) come out the
+    same in two processes (numba-cuda's own key, a pickle of each kernel's closure, did not),
+    differ between kernel variants, and carry a digest of the kernels' source;
+    ``SDTW_KERNEL_CACHE=0`` turns the cache off.  Needs no GPU (no kernel is compiled)."""
+    first = _run_kernels_script(_CACHE_KEY_SCRIPT, NUMBA_CACHE_DIR=str(tmp_path))
+    second = _run_kernels_script(_CACHE_KEY_SCRIPT, NUMBA_CACHE_DIR=str(tmp_path))
+    lines = first.splitlines()
+    assert first == second and lines[0] == "True None"
+    keys = lines[1:]
+    assert len(keys) == 3 and len(set(keys)) == 3
+    assert all(k.startswith("_VariantCache (") for k in keys)
+    import hashlib
+
+    import sdtw.cuda._kernels as K
+
+    with open(K.__file__, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    assert all(digest in k for k in keys)
+    off = _run_kernels_script(_CACHE_KEY_SCRIPT, SDTW_KERNEL_CACHE="0")
+    assert off.splitlines()[0] == "False None"
+
+
+_CACHE_USE_SCRIPT = """
+import torch, sdtw
+from sdtw.cuda import _kernels as K
+
+sdtw.cuda.set_graphs(False)
+g = torch.Generator(device="cuda").manual_seed(7)
+x = torch.randn(3, 70, 9, device="cuda", generator=g).requires_grad_()
+y = torch.randn(3, 45, 9, device="cuda", generator=g).requires_grad_()
+out = []
+for fused in (True, False):
+    v = sdtw.softdtw(x, y, gamma=0.1, fused=fused)
+    gx, gy = torch.autograd.grad(v.sum(), (x, y))
+    with torch.no_grad():
+        w = sdtw.softdtw(x, y, gamma=0.1, fused=fused)
+    out += [v, gx, gy, w]
+torch.cuda.synchronize()
+kernels = [*K.FORWARD.values(), *K.BACKWARD.values(), K.PARK, K.PARK32, *K.COST_PARK.values()]
+hits = sum(sum(k.stats.cache_hits.values()) for k in kernels)
+misses = sum(sum(k.stats.cache_misses.values()) for k in kernels)
+print(hits, misses)
+print(repr([t.double().sum().item() for t in out]))
+"""
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_kernel_disk_cache_round_trip(tmp_path):
+    """A second process loads every kernel the first compiled from the on-disk cache (no
+    compilation), and gives the same values bit for bit and the same gradients (to float32
+    rounding: the backward's column sums add partial bands in whatever order they finish),
+    fused and unfused, with and without gradients; ``SDTW_KERNEL_CACHE=0`` compiles again."""
+
+    def run(**env) -> tuple[int, int, list[float]]:
+        out = _run_kernels_script(_CACHE_USE_SCRIPT, NUMBA_CACHE_DIR=str(tmp_path), **env)
+        counts, sums = out.splitlines()[:2]
+        hits, misses = map(int, counts.split())
+        return hits, misses, ast.literal_eval(sums)
+
+    h1, m1, sums1 = run()
+    h2, m2, sums2 = run()
+    assert h1 == 0 and m1 >= 4  # park, forward and backward, and the no-grad fused forward
+    assert (h2, m2) == (m1, 0)
+    values = [0, 3, 4, 7]  # v and w, fused then unfused; the others are gradients' sums
+    assert [sums2[i] for i in values] == [sums1[i] for i in values]
+    assert sums2 == pytest.approx(sums1, rel=1e-6)
+    h3, m3, sums3 = run(SDTW_KERNEL_CACHE="0")
+    assert (h3, m3) == (0, m1) and sums3 == pytest.approx(sums1, rel=1e-6)

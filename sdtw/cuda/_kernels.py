@@ -1398,7 +1398,12 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         plag = min(TB - 1, N - 1 - i0)  # the lane of the band's last row publishes it
         pub = tid == plag
         blk = cuda.shared.array(PO1, blk_t)  # cost, then p_diag; row r at r RING1
-        wup = cuda.shared.array(PO1, w_t)  # p_up
+        if fused:
+            # never read or written: the fused forward keeps no weights (8.3 KB less shared
+            # memory per block: 8 blocks per SM instead of 6 on Hopper's 228 KB)
+            wup = cuda.shared.array(1, w_t)
+        else:
+            wup = cuda.shared.array(PO1, w_t)  # p_up
         rowb = uint32(tid * RING1)  # this lane's row
         grp = cuda.shared.array(G, float64)
         pubs = cuda.shared.array(PUBS, float64)  # the band's last row (+ spare slots)
@@ -2280,3 +2285,91 @@ PARK32 = _build_park(True)
 #: The same distances as a (B, N, M) cost tensor, by input dtype (float32?): the unfused
 #: path's squared Euclidean cost on CUDA (see :func:`sdtw.cuda.sqeuclidean_cost`).
 COST_PARK = {f: _build_park(f, cost=True) for f in (False, True)}
+
+
+# --------------------------------------------------------------------------------------------
+# On-disk cache of the compiled kernels
+# --------------------------------------------------------------------------------------------
+
+#: Whether compiled kernels are kept on disk between processes (``SDTW_KERNEL_CACHE=0`` in the
+#: environment turns it off).  Compiling one of the DP kernels (Numba's typing and lowering,
+#: then NVVM) takes several seconds (the fused forward without gradients ~8 s on the H200
+#: machine, ``probe-dev.txt`` run 92), and a training step uses three: every new process paid
+#: that before its first step.  Not under the simulator, and not with ``SDTW_TIMING=1`` (its
+#: kernels differ from the regular ones by a module-level switch).
+DISK_CACHE = not SIMULATED and not TIMING and os.environ.get("SDTW_KERNEL_CACHE", "1") != "0"
+
+
+def _source_digest() -> str:
+    """SHA-256 of this file: every device function the kernels use is defined here."""
+    import hashlib
+
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _cache_class():
+    """numba-cuda's kernel cache, keyed by our own variant key instead of a pickle of the
+    kernel's closure.
+
+    numba-cuda keys a kernel's cache entry by its bytecode and a pickle of its closure's cells;
+    our kernels are closures of their factories (:func:`_build_forward` ...), whose cells hold
+    device functions and settings, and that pickle differs from one process to the next (the
+    same kernel hashed differently in two processes, checked offline), so each process would
+    miss.  This key is the kernel's variant (factory name and arguments), a digest of this
+    file, the signature, the compute capability and codegen (``magic_tuple``) and numba-cuda's
+    version.  numba-cuda also drops a cache index when the source file's time stamp or size
+    changes."""
+    import numba_cuda
+    from numba.cuda.dispatcher import CUDACache
+
+    class _VariantCache(CUDACache):
+        def __init__(self, py_func, variant: tuple) -> None:
+            self._variant = variant
+            super().__init__(py_func)
+
+        def _index_key(self, sig, codegen):
+            key = (sig, codegen.magic_tuple(), numba_cuda.__version__, self._variant)
+            if self._launch_config_key is not None:
+                key += (("launch_config", self._launch_config_key),)
+            return key
+
+    return _VariantCache
+
+
+def _enable_disk_cache(kernels: dict) -> list[str]:
+    """Give each kernel of ``kernels`` (variant key -> dispatcher) an on-disk cache, keyed by
+    its variant and :func:`_source_digest`; the problems met, if any (then some or all
+    kernels compile in each process as before, and :data:`DISK_CACHE_PROBLEM` says why)."""
+    problems = []
+    try:
+        cls, digest = _cache_class(), _source_digest()
+    except Exception as exc:  # numba-cuda's internals differ: no cache
+        return [f"{exc!r}"]
+    for variant, dispatcher in kernels.items():
+        try:
+            dispatcher._cache = cls(dispatcher.py_func, (*variant, digest))
+        except Exception as exc:  # an unwritable cache folder, internals that differ
+            problems.append(f"{variant}: {exc!r}")
+    return problems
+
+
+#: Why the on-disk kernel cache is off or partial (``None``: on for every kernel, or off by
+#: :data:`DISK_CACHE`); a warning says so when this module is imported.
+DISK_CACHE_PROBLEM: str | None = None
+if DISK_CACHE:
+    _all_kernels = {("forward", *k): v for k, v in FORWARD.items()}
+    _all_kernels.update({("backward", *k): v for k, v in BACKWARD.items()})
+    _all_kernels.update({("park", False, False): PARK, ("park", True, False): PARK32})
+    _all_kernels.update({("park", f, True): v for f, v in COST_PARK.items()})
+    _problems = _enable_disk_cache(_all_kernels)
+    if _problems:
+        import warnings
+
+        DISK_CACHE_PROBLEM = "; ".join(_problems[:3])
+        warnings.warn(
+            "sdtw: no on-disk cache for some or all CUDA kernels (they compile again in each "
+            f"process, several seconds each): {DISK_CACHE_PROBLEM}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
