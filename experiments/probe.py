@@ -29,6 +29,11 @@ D = 64, N = 512, 1024, 2048 or N), with the sum of its values;
 ``--mover [N]``: whole-step CUDA-graph replays of a fused float32 training step with the mover
 variants off, on in the forward, and on in the forward and the backward, in turn in one
 process (B = 32, D = 64, N = 512 or N);
+``--firstcall``: in this process, the wall time of the first fused training step, the first
+unfused one and the first fused forward without gradients (B = 32, N = M = 512, D = 64), each
+compiling or loading its kernels, then a second fused step, with the kernel cache's hits and
+misses (run it twice in fresh processes, and with ``SDTW_KERNEL_CACHE=0``, to see what the
+on-disk cache saves);
 ``SDTW_TIMING=1 ... --lag``: from per-block timer stamps (``sdtw.cuda._kernels.TIMING``),
 how far each band runs behind the one it reads from, and the time per step.
 """
@@ -784,6 +789,47 @@ def no_grad_forward(
             )
 
 
+def first_call(B: int = 32, N: int = 512, D: int = 64) -> None:
+    """Wall time (synchronised) of the first use of each kind of call in this process, which
+    compiles its kernels or loads them from the on-disk cache, and the cache's hit and miss
+    counts after each (``sdtw.cuda._kernels.DISK_CACHE`` says whether it is on)."""
+    import time
+
+    from sdtw.cuda import _kernels as K
+
+    def counts() -> tuple[int, int]:
+        kernels = [*K.FORWARD.values(), *K.BACKWARD.values(), K.PARK, K.PARK32]
+        kernels += list(K.COST_PARK.values())
+        hits = sum(sum(k.stats.cache_hits.values()) for k in kernels)
+        return hits, sum(sum(k.stats.cache_misses.values()) for k in kernels)
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(B, N, D, device="cuda", generator=gen).requires_grad_()
+    y = torch.randn(B, N, D, device="cuda", generator=gen)
+    torch.cuda.synchronize()
+
+    def train(fused: bool) -> None:
+        sdtw.softdtw(x, y, backend="cuda", fused=fused).sum().backward()
+
+    steps = [
+        ("first fused training step", functools.partial(train, True)),
+        ("first unfused training step", functools.partial(train, False)),
+        ("first fused forward without gradients", functools.partial(_no_grad, x, y, True)),
+        ("second fused training step", functools.partial(train, True)),
+    ]
+    print(f"on-disk kernel cache: {K.DISK_CACHE} (problem: {K.DISK_CACHE_PROBLEM})", flush=True)
+    for label, step in steps:
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        hits, misses = counts()
+        print(
+            f"B={B} N={N} D={D} {label}: {time.perf_counter() - t0:.3f} s "
+            f"(cache hits {hits}, misses {misses} so far)",
+            flush=True,
+        )
+
+
 def _no_grad(x, y, fused):
     with torch.no_grad():
         return sdtw.softdtw(x, y, backend="cuda", fused=fused)
@@ -817,6 +863,7 @@ def main() -> None:
         "--graphs": (graphs, True),
         "--mover": (mover_ab, True),
         "--nograd": (no_grad_forward, True),
+        "--firstcall": (first_call, False),
         "--lag": (lag, False),
     }
     for flag, (probe, takes_n) in modes.items():
