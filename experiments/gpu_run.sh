@@ -13,10 +13,13 @@
 # run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused", adding
 # "--impl sdtw-fused-graph --impl sdtw-unfused-graph" for the CUDA-graph rows of targets and
 # paper-grid: without it the sweeps also time every baseline, far more than one call).  On the H200 the
-# tests, sanitizer and probes take about 8 minutes (the sanitizer alone ~3): with a 10-minute
-# limit per device call, run the sweeps in a second call: SDTW_SKIP_SWEEPS=1 in the first,
-# SDTW_SKIP_TESTS=1 (or SDTW_SKIP_CHECKS=1, with the tests again) in the second; the tests and
-# all six GPU sweeps of our implementations fit in one call (~6.5 minutes, run 46).
+# tests take about 4 minutes (245 s in run 93: the kernel-cache round trip compiles a small
+# step's kernels in fresh processes), and the sanitizer and probes, whose kernels then load
+# from the on-disk cache, a few more (before that cache, all of it took about 8 minutes, the
+# sanitizer alone ~3): with a 10-minute limit per device call, run the sweeps in a second
+# call: SDTW_SKIP_SWEEPS=1 in the first, SDTW_SKIP_TESTS=1 (or SDTW_SKIP_CHECKS=1, with the
+# tests again) in the second; our implementations' rows of a few sweeps fit in one call (run
+# 94: the forward rows of four sweeps and the barycenter rows in 163 s).
 # On a copy of the tree, set SDTW_GIT_SHA (and SDTW_GIT_DIRTY) to the code's commit: the copy's
 # own .git may lag it (see experiments.run).
 set -uo pipefail
@@ -44,7 +47,7 @@ if [ -z "${SDTW_GIT_SHA:-}" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 if [ "${SDTW_SKIP_TESTS:-0}" != 1 ]; then
-    limited "${SDTW_T_TESTS:-240}" "$out/tests.log" \
+    limited "${SDTW_T_TESTS:-330}" "$out/tests.log" \
         python3 -m pytest -q -m cuda -p no:cacheprovider tests
     status=$?
     tail -3 "$out/tests.log"
