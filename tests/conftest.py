@@ -81,6 +81,20 @@ def pytest_runtest_makereport(item, call):
                 report.sections.append(("rng seed", str(value)))
 
 
+def pytest_benchmark_update_commit_info(config, commit_info):
+    """A saved pytest-benchmark run names the code's commit from ``SDTW_GIT_SHA`` (and
+    ``SDTW_GIT_DIRTY``) when set, as ``experiments.run`` does: a copy of the tree sent to another
+    machine may carry a stale ``.git`` (the GPU runner's did).  Give the saved file the same
+    name with ``--benchmark-save=$SDTW_GIT_SHA`` (its automatic name asks git again)."""
+    sha = os.environ.get("SDTW_GIT_SHA")
+    if sha:
+        commit_info["id"] = sha
+        commit_info["dirty"] = os.environ.get("SDTW_GIT_DIRTY", "") == "true"
+        commit_info["from"] = "SDTW_GIT_SHA"
+        # (git's times there are the stale commit's)
+        commit_info["time"] = commit_info["author_time"] = None
+
+
 @pytest.fixture(autouse=True)
 def _fresh_library_graphs():
     """Each test starts and ends without kept library CUDA graphs (sdtw.cuda._graphs), so
