@@ -14,6 +14,12 @@ training step captured and replayed, and its measured times.  The backend uses t
 a small call from x and y repeated with the same shapes replays a graph of its own GPU work
 (:mod:`sdtw.cuda._graphs`; :func:`set_graphs`, :func:`clear_graphs`, ``SDTW_CUDA_GRAPHS=0``).
 
+Each kernel compiles the first time a process uses it (several seconds; a training step uses
+three) and is then kept on disk by numba-cuda's kernel cache, keyed by the kernel's variant and
+a digest of its source, so later processes load it in milliseconds
+(:data:`sdtw.cuda._kernels.DISK_CACHE`; ``SDTW_KERNEL_CACHE=0`` turns it off, ``NUMBA_CACHE_DIR``
+moves it; off under the simulator).
+
 From x and y, a forward with gradients enabled also runs the backward (upstream gradient 1)
 and keeps only the gradients wrt x and y, O((N + M) D) per pair; autograd's backward then
 multiplies them by each pair's upstream gradient (see :func:`_eager_grads`).  From a cost
