@@ -537,28 +537,33 @@ def test_mover_rule(monkeypatch):
 
 
 def _check_mover_matches_one_warp(
-    monkeypatch, rng, device, dtype, shapes, gamma=0.1, backward=False, sums_tol=0.0
+    monkeypatch, rng, device, dtype, shapes, gamma=0.1, sums_tol=None
 ):
-    """The mover variant of the forward (and, ``backward``, of the backward) gives the one-warp
-    kernels' values, weights and gradients bit for bit (the same steps on the same costs),
-    from a cost tensor with and without gradients and fused (hilo, split).  The fused
-    gradients go through E's column sums, float atomics added band by band in whatever order
-    the bands get there: ``sums_tol`` is their relative tolerance (0: equal).  Two cost pairs
-    on a GPU, one in the simulator (which runs blocks one at a time)."""
+    """The mover variant of the forward, and (``sums_tol`` given) the mover variants of the
+    forward and the backward together, give the one-warp kernels' values, weights and
+    gradients bit for bit (the same steps on the same costs), from a cost tensor with and
+    without gradients and fused (hilo, split); the one-warp run is made once for both.  With
+    the backward's mover the fused gradients go through E's column sums, float atomics added
+    band by band in whatever order the bands get there: ``sums_tol`` is their relative
+    tolerance.  Two cost pairs on a GPU, one in the simulator (which runs blocks one at a
+    time)."""
     from sdtw.cuda import _launch
 
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
+    # (forward's mover, backward's mover, tolerance of the fused gradients; 0: equal)
+    variants = [(False, False, 0.0), (True, False, 0.0)]
+    if sums_tol is not None:
+        variants.append((True, True, sums_tol))
     pairs = 1 if device == "cpu" else 2
+    names = ("value", "grad", "no-grad value", "fused", "gx", "gy")
     for N, M in shapes:
         cost = torch.rand(pairs, N, M, dtype=dtype, device=device)
         x = randn(rng, 1, N, 3, dtype=dtype, device=device)
         y = randn(rng, 1, M, 3, dtype=dtype, device=device)
         go = randn(rng, pairs, dtype=dtype, device=device)
         got = []
-        for mover in (False, True):
-            monkeypatch.setattr(_launch, "FORCE_MOVER", mover)
-            if backward:
-                monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", mover)
+        for forward_mover, backward_mover, _ in variants:
+            monkeypatch.setattr(_launch, "FORCE_MOVER", forward_mover)
+            monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", backward_mover)
             c = cost.clone().requires_grad_()
             v = sdtw.softdtw_from_cost(c, gamma=gamma, backend="cuda")
             (gc,) = torch.autograd.grad(v, c, go)
@@ -568,34 +573,26 @@ def _check_mover_matches_one_warp(
             vf = sdtw.softdtw(xs, ys, gamma=gamma, backend="cuda", fused=True)
             gf = torch.autograd.grad(vf, (xs, ys), go[:1])
             got.append((v, gc, v0, vf, *gf))
-        names = ("value", "grad", "no-grad value", "fused", "gx", "gy")
-        for name, a, b in zip(names, *got, strict=True):
-            if name in ("gx", "gy") and sums_tol:
-                assert rel_err(a, b) <= sums_tol, (N, M, name)
-            else:
-                assert torch.equal(a, b), (N, M, name)
+        for (forward_mover, backward_mover, tol), theirs in zip(variants[1:], got[1:], strict=True):
+            where = (N, M, forward_mover, backward_mover)
+            for name, a, b in zip(names, got[0], theirs, strict=True):
+                if name in ("gx", "gy") and tol:
+                    assert rel_err(b, a) <= tol, (*where, name)
+                else:
+                    assert torch.equal(a, b), (*where, name)
 
 
 @requires_sim
 @pytest.mark.cudasim
-def test_sim_mover_matches_one_warp(monkeypatch, rng):
-    """:func:`_check_mover_matches_one_warp` in the simulator, at a shape with a one-row band
-    (row groups past the band's last row), three column chunks written out by the mover's
-    items and the last by its tail.  float32 only (the float64 forward takes its mover only
-    when forced: :func:`test_gpu_mover_matches_one_warp` compares that variant, ~50 s of
-    simulator time less on CI)."""
-    _check_mover_matches_one_warp(monkeypatch, rng, "cpu", torch.float32, [(33, 70)])
-
-
-@requires_sim
-@pytest.mark.cudasim
-def test_sim_backward_mover_matches_one_warp(monkeypatch, rng):
-    """The same with the backward's mover variant as well (float32; float64 on the GPU): E
-    bit for bit, the fused gradients within float32 rounding (a partial band's column sums
-    are added in another order)."""
-    _check_mover_matches_one_warp(
-        monkeypatch, rng, "cpu", torch.float32, [(33, 70)], backward=True, sums_tol=1e-6
-    )
+def test_sim_movers_match_one_warp(monkeypatch, rng):
+    """:func:`_check_mover_matches_one_warp` in the simulator, the forward's mover and both
+    movers, at a shape with a one-row band (row groups past the band's last row), three
+    column chunks written out by the movers' items and the last by their tails: E bit for
+    bit, the fused gradients within float32 rounding with the backward's mover (a partial
+    band's column sums are added in another order).  float32 only (the float64 forward
+    takes its mover only when forced: :func:`test_gpu_mover_matches_one_warp` compares that
+    variant, ~50 s of simulator time less on CI)."""
+    _check_mover_matches_one_warp(monkeypatch, rng, "cpu", torch.float32, [(33, 70)], sums_tol=1e-6)
 
 
 @requires_gpu
@@ -609,11 +606,8 @@ def test_gpu_mover_matches_one_warp(monkeypatch, rng, dtype, busy):
 
     monkeypatch.setattr(_launch, "FORCE_BUSY", busy)
     shapes = [(1, 1), (8, 9), (33, 31), (70, 97), (95, 160)]
-    _check_mover_matches_one_warp(monkeypatch, rng, "cuda", dtype, shapes)
     tol = 1e-6 if dtype == torch.float32 else 1e-13
-    _check_mover_matches_one_warp(
-        monkeypatch, rng, "cuda", dtype, shapes, backward=True, sums_tol=tol
-    )
+    _check_mover_matches_one_warp(monkeypatch, rng, "cuda", dtype, shapes, sums_tol=tol)
 
 
 @requires_gpu
