@@ -797,12 +797,6 @@ def first_call(B: int = 32, N: int = 512, D: int = 64) -> None:
 
     from sdtw.cuda import _kernels as K
 
-    def counts() -> tuple[int, int]:
-        kernels = [*K.FORWARD.values(), *K.BACKWARD.values(), K.PARK, K.PARK32]
-        kernels += list(K.COST_PARK.values())
-        hits = sum(sum(k.stats.cache_hits.values()) for k in kernels)
-        return hits, sum(sum(k.stats.cache_misses.values()) for k in kernels)
-
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(B, N, D, device="cuda", generator=gen).requires_grad_()
     y = torch.randn(B, N, D, device="cuda", generator=gen)
@@ -822,7 +816,7 @@ def first_call(B: int = 32, N: int = 512, D: int = 64) -> None:
         t0 = time.perf_counter()
         step()
         torch.cuda.synchronize()
-        hits, misses = counts()
+        hits, misses = K.cache_counts()
         print(
             f"B={B} N={N} D={D} {label}: {time.perf_counter() - t0:.3f} s "
             f"(cache hits {hits}, misses {misses} so far)",

@@ -2354,15 +2354,25 @@ def _enable_disk_cache(kernels: dict) -> list[str]:
     return problems
 
 
+#: Every kernel dispatcher of this module by its variant key (the on-disk cache's key).
+KERNELS = {("forward", *k): v for k, v in FORWARD.items()}
+KERNELS.update({("backward", *k): v for k, v in BACKWARD.items()})
+KERNELS.update({("park", False, False): PARK, ("park", True, False): PARK32})
+KERNELS.update({("park", f, True): v for f, v in COST_PARK.items()})
+
+
+def cache_counts() -> tuple[int, int]:
+    """The on-disk cache's hits and misses in this process so far, over :data:`KERNELS`."""
+    kernels = KERNELS.values()
+    hits = sum(sum(k.stats.cache_hits.values()) for k in kernels)
+    return hits, sum(sum(k.stats.cache_misses.values()) for k in kernels)
+
+
 #: Why the on-disk kernel cache is off or partial (``None``: on for every kernel, or off by
 #: :data:`DISK_CACHE`); a warning says so when this module is imported.
 DISK_CACHE_PROBLEM: str | None = None
 if DISK_CACHE:
-    _all_kernels = {("forward", *k): v for k, v in FORWARD.items()}
-    _all_kernels.update({("backward", *k): v for k, v in BACKWARD.items()})
-    _all_kernels.update({("park", False, False): PARK, ("park", True, False): PARK32})
-    _all_kernels.update({("park", f, True): v for f, v in COST_PARK.items()})
-    _problems = _enable_disk_cache(_all_kernels)
+    _problems = _enable_disk_cache(KERNELS)
     if _problems:
         import warnings
 
