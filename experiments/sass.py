@@ -203,16 +203,19 @@ def _quick(attr: str, key: object) -> bool:
 def compile_all(cc: tuple[int, int], workers: int, quick: bool = False) -> int:
     """Compile every kernel variant's PTX (Numba's typing, then NVVM) for ``cc``: what the
     simulator never does, since it runs the kernels as Python (``quick``: the subset of
-    :func:`_quick`).  0: all compiled; 1: some failed (printed); 2: no NVVM here."""
+    :func:`_quick`).  0: all compiled; 1: some failed (printed); 2: no NVVM here, or no
+    NVRTC (numba-cuda asks it which architectures it may compile for; the test extras
+    install it on Linux, ``nvidia-cuda-nvrtc``)."""
     from concurrent.futures import ProcessPoolExecutor
 
     jobs = [(*v, cc) for v in variants() if not quick or _quick(v[0], v[1])]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(_compile_variant, jobs))
     failed = [(label, err) for label, err in results if err is not None]
-    if failed and all("nvvm" in err.lower() for _, err in failed):
-        print(f"sass: no NVVM to compile with ({failed[0][1][:200]})")
-        return 2
+    for lib in ("nvvm", "nvrtc"):
+        if failed and all(lib in err.lower() for _, err in failed):
+            print(f"sass: no {lib.upper()} to compile with ({failed[0][1][:200]})")
+            return 2
     for label, err in results:
         print(f"{'ok  ' if err is None else 'FAIL'} {label}" + ("" if err is None else f": {err}"))
     ok = len(results) - len(failed)

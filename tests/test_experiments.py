@@ -536,7 +536,8 @@ def test_kernel_variants_compile_for_sm90() -> None:
     park kernels) get through Numba's typing and NVVM for sm_90.  The simulator runs the
     kernels as Python, so without this a typing error in a variant that no simulator or GPU
     test reaches (float64 fused without gradients, ...) would only show on a GPU.  Skips
-    where there is no NVVM."""
+    where there is no NVVM, or no NVRTC (which numba-cuda asks for the architectures it may
+    compile for; the test extras install it on Linux)."""
     res = _sass("--compile-all", "--quick")
     if res.returncode == 2:
         pytest.skip(res.stdout.strip()[:300])
