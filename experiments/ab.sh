@@ -11,7 +11,8 @@
 #   OLD_TREE: a folder holding the other version's sdtw/, e.g.
 #     mkdir -p _ab && git archive cdb64ea sdtw | tar -x -C _ab
 #   (an untracked folder that git does not ignore travels with the tree to the device).
-# Prints the DP kernels' and the whole step's lines, tagged "A" (OLD_TREE) and "B" (this tree).
+# Prints the DP and park kernels' and the whole step's lines, tagged "A" (OLD_TREE) and "B" (this
+# tree).
 # Extra environment (SDTW_MOVER, SDTW_BACKWARD_MOVER, SDTW_CUDA_GRAPHS=0, ...) applies to both;
 # AB_FLAGS adds probe flags (AB_FLAGS=--float64: float64 inputs).
 set -uo pipefail
@@ -40,7 +41,7 @@ for n in "$@"; do
                 ${AB_FLAGS:-}) \
                 > "$log" 2>&1 ||
                 { status=1; tail -2 "$log" | sed "s/^/$side round $round: /"; }
-            grep -E "^B=.*(forward|backward|all kernels)" "$log" |
+            grep -E "^B=.*(forward|backward|park|all kernels)" "$log" |
                 sed -e "s/^/$side round $round: /" \
                     -e 's/\(us per step  sdtw::cuda::_kernels::_build_[a-z]*\).*/\1/'
         done
