@@ -181,6 +181,37 @@ def test_sim_launches_per_pass(rng, fused, dtype, forward_launches):
 
 @requires_sim
 @pytest.mark.cudasim
+def test_first_launch_says_which_toolkit_piece_is_missing():
+    """A kernel's first launch that fails for want of NVVM, NVRTC or libdevice (numba-cuda's
+    compile) raises a RuntimeError naming them and the extras that install them; any other
+    error passes through unchanged."""
+    from sdtw.cuda import _launch
+
+    class Failing:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def __getitem__(self, config):
+            def run(*args):
+                raise self.exc
+
+            return run
+
+    t = torch.zeros(3)
+    missing = OSError('Failure finding "libnvrtc.so.13 or libnvrtc.so.12"')
+    with pytest.raises(RuntimeError, match=r"NVRTC: pip install 'sdtw\[cuda13\]'") as info:
+        _launch._Launcher(Failing(missing))(1, 32, (0, 0), t, 4)
+    assert info.value.__cause__ is missing
+    with pytest.raises(RuntimeError, match="NVVM, libdevice"):
+        _launch._Launcher(Failing(ValueError("libNVVM cannot find libdevice")))(1, 32, (0, 0), t)
+    other = ValueError("bad argument")
+    with pytest.raises(ValueError, match="bad argument") as info:
+        _launch._Launcher(Failing(other))(1, 32, (0, 0), t)
+    assert info.value is other
+
+
+@requires_sim
+@pytest.mark.cudasim
 def test_launch_parameter_buffer():
     """The fast launch's parameter packing (used on a GPU, where every kernel test goes
     through it; here on its own): Numba's flattening of the arguments, the buffer layout from

@@ -119,7 +119,10 @@ def _check_usable() -> tuple[bool, str]:
     try:
         from numba import cuda
     except ImportError as exc:  # pragma: no cover - depends on the install
-        return False, f"numba CUDA support is not importable ({exc}); pip install 'sdtw[cuda]'"
+        return False, (
+            f"numba CUDA support is not importable ({exc}); pip install 'sdtw[cuda13]' (or "
+            "'sdtw[cuda12]', or 'sdtw[cuda]' with a CUDA toolkit on the system)"
+        )
     if simulator_enabled():
         return True, ""
     try:

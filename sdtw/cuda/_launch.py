@@ -159,7 +159,16 @@ class _Launcher:
         if entry is None or entry is False or K.SIMULATED:
             conv = [a.tensor() if type(a) is _View else a for a in args]
             conv = [_arr(a) if isinstance(a, torch.Tensor) else a for a in conv]
-            self.dispatcher[grid, block, stream](*conv)
+            if entry is None:  # (the first call of this signature: compiles, or loads)
+                try:
+                    self.dispatcher[grid, block, stream](*conv)
+                except Exception as exc:
+                    err = _toolkit_error(exc)
+                    if err is exc:
+                        raise
+                    raise err from exc
+            else:
+                self.dispatcher[grid, block, stream](*conv)
             if entry is None and not K.SIMULATED:
                 self.cache[key] = self._find(conv, flat)
             return
@@ -370,6 +379,26 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor, stream_ptr: int) -> None:
 
 
 _launchers: dict[int, _Launcher] = {}
+
+
+#: What in a compile error says that a piece of the CUDA toolkit is missing (numba-cuda needs
+#: NVVM and libdevice to compile, and NVRTC for the architectures it may compile for).
+_TOOLKIT_PIECES = {"nvvm": "NVVM", "nvrtc": "NVRTC", "libdevice": "libdevice"}
+
+
+def _toolkit_error(exc: Exception) -> Exception:
+    """``exc`` from a kernel's first launch, with what to install where it says that a piece
+    of the CUDA toolkit is missing (else ``exc`` itself)."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    missing = [name for key, name in _TOOLKIT_PIECES.items() if key in text]
+    if not missing:
+        return exc
+    return RuntimeError(
+        f"sdtw: numba-cuda could not compile the CUDA kernels: {exc}. It needs the CUDA "
+        f"toolkit's {', '.join(missing)}: pip install 'sdtw[cuda13]' (CUDA "
+        "13 driver, >= 580) or 'sdtw[cuda12]' puts NVIDIA's wheels of them beside numba-cuda; "
+        "or install the CUDA toolkit (CUDA_HOME)."
+    )
 
 
 def _launcher(dispatcher) -> _Launcher:
