@@ -144,6 +144,33 @@ def test_small_gamma_stays_a_probability(gamma):
     assert E.min() >= 0.0 and E.max() <= 1.0 + 1e-12
 
 
+def test_forward_groups_give_the_same_tables():
+    """The forward sweeps 1, 2 or 4 pairs per thread at once (full groups, and the partial
+    last group of every size): every grouping, serial and parallel, writes the same table
+    bit for bit, and its values are the reference's."""
+    from sdtw import cpu
+    from sdtw._band import band_offsets
+    from sdtw.reference import reference_forward
+
+    rng = _rng("groups")
+    N, M = 13, 9
+    lo, hi = band_offsets(N, M, 4)
+    for B in range(1, 10):
+        cost = rng.random((B, N, M))
+        tables = []
+        for kernel in (cpu._forward_serial, cpu._forward_parallel):
+            for group in (1, 2, 4):
+                R = np.full((B, N + 1, M + 1), np.nan)
+                kernel(cost, 0.3, lo, hi, R, group)
+                tables.append(R)
+        for R in tables[1:]:
+            assert np.array_equal(R, tables[0]), B
+        ref = reference_forward(cost, 0.3, 4)[:, N, M]
+        np.testing.assert_allclose(tables[0][:, N, M], ref, rtol=1e-12)
+    assert cpu._group(64, serial=True) == 4
+    assert cpu._group(1, serial=False) == 1
+
+
 @pytest.mark.parametrize("B,N,M", [(1, 40, 50), (4, 100, 90)])
 def test_serial_and_parallel_kernels_agree_with_reference(B, N, M):
     """Both compiled variants (serial below SERIAL_MAX_CELLS or for B = 1, parallel above)."""
