@@ -64,6 +64,11 @@ def _start(Rb: np.ndarray) -> None:
     Rb[0, 0] = 0.0
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _cell(Rb: np.ndarray, Cb: np.ndarray, i: int, j: int, gamma: float, ig: float) -> None:
+    Rb[i + 1, j + 1] = Cb[i, j] + _softmin3(Rb[i, j], Rb[i, j + 1], Rb[i + 1, j], gamma, ig)
+
+
 def _forward_kernel(
     cost: np.ndarray, gamma: float, lo: int, hi: int, R: np.ndarray, group: int
 ) -> None:
@@ -71,56 +76,38 @@ def _forward_kernel(
     ig = 1.0 / gamma
     for g in prange((B + group - 1) // group):
         b0 = g * group
-        if group == 4 and b0 + 4 <= B:
-            R0, R1, R2, R3 = R[b0], R[b0 + 1], R[b0 + 2], R[b0 + 3]
-            C0, C1, C2, C3 = cost[b0], cost[b0 + 1], cost[b0 + 2], cost[b0 + 3]
+        end = min(b0 + group, B)
+        b = b0
+        if end - b == 4:
+            R0, R1, R2, R3 = R[b], R[b + 1], R[b + 2], R[b + 3]
+            C0, C1, C2, C3 = cost[b], cost[b + 1], cost[b + 2], cost[b + 3]
             _start(R0)
             _start(R1)
             _start(R2)
             _start(R3)
             for i in range(N):
                 for j in range(max(0, i - lo), min(M - 1, i + hi) + 1):
-                    R0[i + 1, j + 1] = C0[i, j] + _softmin3(
-                        R0[i, j], R0[i, j + 1], R0[i + 1, j], gamma, ig
-                    )
-                    R1[i + 1, j + 1] = C1[i, j] + _softmin3(
-                        R1[i, j], R1[i, j + 1], R1[i + 1, j], gamma, ig
-                    )
-                    R2[i + 1, j + 1] = C2[i, j] + _softmin3(
-                        R2[i, j], R2[i, j + 1], R2[i + 1, j], gamma, ig
-                    )
-                    R3[i + 1, j + 1] = C3[i, j] + _softmin3(
-                        R3[i, j], R3[i, j + 1], R3[i + 1, j], gamma, ig
-                    )
-        elif group >= 2 and b0 + 2 <= B:
-            # a group of 2, or what is left of a group of 4 (two pairs at a time, then one)
-            for b in range(b0, min(b0 + group, B) - 1, 2):
-                R0, R1 = R[b], R[b + 1]
-                C0, C1 = cost[b], cost[b + 1]
-                _start(R0)
-                _start(R1)
-                for i in range(N):
-                    for j in range(max(0, i - lo), min(M - 1, i + hi) + 1):
-                        R0[i + 1, j + 1] = C0[i, j] + _softmin3(
-                            R0[i, j], R0[i, j + 1], R0[i + 1, j], gamma, ig
-                        )
-                        R1[i + 1, j + 1] = C1[i, j] + _softmin3(
-                            R1[i, j], R1[i, j + 1], R1[i + 1, j], gamma, ig
-                        )
-            if (min(b0 + group, B) - b0) % 2 == 1:
-                _forward_one(cost[B - 1], gamma, ig, lo, hi, R[B - 1])
-        else:
-            for b in range(b0, min(b0 + group, B)):
-                _forward_one(cost[b], gamma, ig, lo, hi, R[b])
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _forward_one(Cb: np.ndarray, gamma: float, ig: float, lo: int, hi: int, Rb: np.ndarray):
-    N, M = Cb.shape
-    _start(Rb)
-    for i in range(N):
-        for j in range(max(0, i - lo), min(M - 1, i + hi) + 1):
-            Rb[i + 1, j + 1] = Cb[i, j] + _softmin3(Rb[i, j], Rb[i, j + 1], Rb[i + 1, j], gamma, ig)
+                    _cell(R0, C0, i, j, gamma, ig)
+                    _cell(R1, C1, i, j, gamma, ig)
+                    _cell(R2, C2, i, j, gamma, ig)
+                    _cell(R3, C3, i, j, gamma, ig)
+            b = end
+        while end - b >= 2:  # a group of 2, or what is left of a group of 4
+            R0, R1 = R[b], R[b + 1]
+            C0, C1 = cost[b], cost[b + 1]
+            _start(R0)
+            _start(R1)
+            for i in range(N):
+                for j in range(max(0, i - lo), min(M - 1, i + hi) + 1):
+                    _cell(R0, C0, i, j, gamma, ig)
+                    _cell(R1, C1, i, j, gamma, ig)
+            b += 2
+        if b < end:
+            R0, C0 = R[b], cost[b]
+            _start(R0)
+            for i in range(N):
+                for j in range(max(0, i - lo), min(M - 1, i + hi) + 1):
+                    _cell(R0, C0, i, j, gamma, ig)
 
 
 # Backward DP without cancellation.  Differentiating R[s] = C[s] + softmin_g(R[pred(s)]) gives
