@@ -75,39 +75,22 @@ def _forward_kernel(
     B, N, M = cost.shape
     ig = 1.0 / gamma
     for g in prange((B + group - 1) // group):
-        b0 = g * group
-        end = min(b0 + group, B)
-        b = b0
-        if end - b == 4:
-            R0, R1, R2, R3 = R[b], R[b + 1], R[b + 2], R[b + 3]
-            C0, C1, C2, C3 = cost[b], cost[b + 1], cost[b + 2], cost[b + 3]
-            _start(R0)
-            _start(R1)
-            _start(R2)
-            _start(R3)
-            for i in range(N):
-                for j in range(max(0, i - lo), min(M - 1, i + hi) + 1):
-                    _cell(R0, C0, i, j, gamma, ig)
+        b = g * group
+        k = min(group, B - b)  # pairs in this group (the last may have fewer)
+        # (absent slots alias the first pair; their guarded cells never run)
+        R0, R1, R2, R3 = R[b], R[b + min(1, k - 1)], R[b + min(2, k - 1)], R[b + k - 1]
+        C0, C1, C2, C3 = cost[b], cost[b + min(1, k - 1)], cost[b + min(2, k - 1)], cost[b + k - 1]
+        for s in range(k):
+            _start(R[b + s])
+        for i in range(N):
+            for j in range(max(0, i - lo), min(M - 1, i + hi) + 1):
+                _cell(R0, C0, i, j, gamma, ig)
+                if k > 1:
                     _cell(R1, C1, i, j, gamma, ig)
+                if k > 2:
                     _cell(R2, C2, i, j, gamma, ig)
+                if k > 3:
                     _cell(R3, C3, i, j, gamma, ig)
-            b = end
-        while end - b >= 2:  # a group of 2, or what is left of a group of 4
-            R0, R1 = R[b], R[b + 1]
-            C0, C1 = cost[b], cost[b + 1]
-            _start(R0)
-            _start(R1)
-            for i in range(N):
-                for j in range(max(0, i - lo), min(M - 1, i + hi) + 1):
-                    _cell(R0, C0, i, j, gamma, ig)
-                    _cell(R1, C1, i, j, gamma, ig)
-            b += 2
-        if b < end:
-            R0, C0 = R[b], cost[b]
-            _start(R0)
-            for i in range(N):
-                for j in range(max(0, i - lo), min(M - 1, i + hi) + 1):
-                    _cell(R0, C0, i, j, gamma, ig)
 
 
 # Backward DP without cancellation.  Differentiating R[s] = C[s] + softmin_g(R[pred(s)]) gives
