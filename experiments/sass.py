@@ -212,9 +212,12 @@ def compile_all(cc: tuple[int, int], workers: int, quick: bool = False) -> int:
     with ProcessPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(_compile_variant, jobs))
     failed = [(label, err) for label, err in results if err is not None]
-    for lib in ("nvvm", "nvrtc"):
-        if failed and all(lib in err.lower() for _, err in failed):
-            print(f"sass: no {lib.upper()} to compile with ({failed[0][1][:200]})")
+    if failed:
+        from sdtw.cuda._launch import missing_toolkit
+
+        missing = set.intersection(*(set(missing_toolkit(err)) for _, err in failed))
+        if missing:  # every variant failed for want of the same piece of the toolkit
+            print(f"sass: no {', '.join(sorted(missing))} to compile with ({failed[0][1][:200]})")
             return 2
     for label, err in results:
         print(f"{'ok  ' if err is None else 'FAIL'} {label}" + ("" if err is None else f": {err}"))

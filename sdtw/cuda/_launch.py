@@ -386,11 +386,16 @@ _launchers: dict[int, _Launcher] = {}
 _TOOLKIT_PIECES = {"nvvm": "NVVM", "nvrtc": "NVRTC", "libdevice": "libdevice"}
 
 
+def missing_toolkit(text: str) -> list[str]:
+    """The pieces of the CUDA toolkit that an error message says are missing (none: [])."""
+    text = text.lower()
+    return [name for key, name in _TOOLKIT_PIECES.items() if key in text]
+
+
 def _toolkit_error(exc: Exception) -> Exception:
     """``exc`` from a kernel's first launch, with what to install where it says that a piece
     of the CUDA toolkit is missing (else ``exc`` itself)."""
-    text = f"{type(exc).__name__} {exc}".lower()
-    missing = [name for key, name in _TOOLKIT_PIECES.items() if key in text]
+    missing = missing_toolkit(f"{type(exc).__name__} {exc}")
     if not missing:
         return exc
     return RuntimeError(
