@@ -43,12 +43,13 @@ import tempfile
 from pathlib import Path
 
 
-def _forward_sig(f32: bool, fused: bool = False) -> str:
+def _forward_sig(f32: bool, fused: bool = False, tiled: bool = False) -> str:
     """Argument types of a DP forward kernel (X is the features, 3-D, in the fused mode
-    without gradients, else flat)."""
+    without gradients, else flat; Y 3-D, but flat in the tiled mode)."""
     f = "f4" if f32 else "f8"
     x = f"{f}[:, :, ::1]" if fused else f"{f}[::1]"
-    return f"{x}, {f}[:, :, ::1], i8, i8, i8, f8, i8, i8, {f}[::1], i8[::1], {f}[::1], b1"
+    y = f"{f}[::1]" if tiled else f"{f}[:, :, ::1]"
+    return f"{x}, {y}, i8, i8, i8, f8, i8, i8, {f}[::1], i8[::1], {f}[::1], b1"
 
 
 def _backward_sig(f32: bool) -> str:
@@ -72,6 +73,7 @@ KERNELS = {
     "forward-hilo-mover": ("FORWARD", _forward_sig(True), None),
     "forward-cost32-mover": ("FORWARD", _forward_sig(True), None),
     "forward-fused32": ("FORWARD", _forward_sig(True, fused=True), None),
+    "forward-tiled32": ("FORWARD", _forward_sig(True, tiled=True), None),
     "forward-cost64": ("FORWARD", _forward_sig(False), None),
     "backward32": ("BACKWARD", _backward_sig(True), None),
     "backward32-mover": ("BACKWARD", _backward_sig(True), None),
@@ -85,6 +87,7 @@ _KEYS = {
     "forward-cost32-mover": ("cost", True, True, True),
     "forward-cost64": ("cost", False, True, False),
     "forward-fused32": ("fused", True, True, False),
+    "forward-tiled32": ("tiled", True, True, True),
     "backward32": (True, True, False),
     "backward32-mover": (True, True, True),
 }
@@ -166,7 +169,8 @@ def variants() -> list[tuple[str, object, str]]:
 
     out: list[tuple[str, object, str]] = []
     for key in K.FORWARD:
-        out.append(("FORWARD", key, _forward_sig(key[1], fused=key[0] == K.FUSED)))
+        sig = _forward_sig(key[1], fused=key[0] == K.FUSED, tiled=key[0] == K.TILED)
+        out.append(("FORWARD", key, sig))
     for key in K.BACKWARD:
         out.append(("BACKWARD", key, _backward_sig(key[0])))
     for name in ("park32", "park64", "cost-park32"):

@@ -540,7 +540,9 @@ def test_gpu_matches_reference(
 def test_mover_rule(monkeypatch):
     """The forward takes the mover variant for the fused float32 forward with gradients only
     (never for the fused no-gradient forward); FORCE_MOVER overrides the rule, and under the
-    simulator only it turns the variant on.  The backward takes it on a GPU;
+    simulator only it turns the variant on.  The fused float32 forward without gradients takes
+    mode tiled (a mover mode) on a GPU; FORCE_TILED overrides that, and under the simulator
+    only it turns it on.  The backward takes its mover on a GPU;
     FORCE_BACKWARD_MOVER overrides that likewise.  (Simulator flag faked here.)"""
     from sdtw.cuda import _kernels as K
     from sdtw.cuda import _launch
@@ -548,16 +550,25 @@ def test_mover_rule(monkeypatch):
     monkeypatch.setattr(_launch, "FORCE_MOVER", None)
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", None)
     monkeypatch.setattr(K, "SIMULATED", False)
-    assert _launch.mover(K.HILO)
+    assert _launch.mover(K.HILO) and _launch.mover(K.TILED)
     for mode in (K.COST, K.SPLIT, K.FUSED):
         assert not _launch.mover(mode)
     assert _launch.backward_mover()
+    monkeypatch.setattr(_launch, "FORCE_TILED", None)
+    assert _launch.tiled(True, False) and not _launch.tiled(True, True)
+    assert not _launch.tiled(False, False)
+    monkeypatch.setattr(_launch, "FORCE_TILED", True)
+    assert _launch.tiled(True, True) and not _launch.tiled(False, True)
+    monkeypatch.setattr(_launch, "FORCE_TILED", False)
+    assert not _launch.tiled(True, False)
+    monkeypatch.setattr(_launch, "FORCE_TILED", None)
     monkeypatch.setattr(_launch, "FORCE_MOVER", True)
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
     assert _launch.mover(K.COST) and not _launch.mover(K.FUSED)
     monkeypatch.setattr(_launch, "FORCE_MOVER", False)
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
     assert not _launch.mover(K.HILO) and not _launch.backward_mover()
+    assert _launch.mover(K.TILED)  # (tiled is a mover mode)
     monkeypatch.setattr(K, "SIMULATED", True)  # only the overrides turn them on there
     monkeypatch.setattr(_launch, "FORCE_MOVER", True)
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
@@ -565,6 +576,7 @@ def test_mover_rule(monkeypatch):
     monkeypatch.setattr(_launch, "FORCE_MOVER", None)
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", None)
     assert not _launch.mover(K.HILO) and not _launch.backward_mover()
+    assert not _launch.tiled(True, False)
 
 
 def _check_mover_matches_one_warp(
@@ -624,6 +636,57 @@ def test_sim_movers_match_one_warp(monkeypatch, rng):
     takes its mover only when forced: :func:`test_gpu_mover_matches_one_warp` compares that
     variant, ~50 s of simulator time less on CI)."""
     _check_mover_matches_one_warp(monkeypatch, rng, "cpu", torch.float32, [(33, 70)], sums_tol=1e-6)
+
+
+def _check_tiled_matches_park(monkeypatch, rng, device, shapes, busy=None):
+    """The fused float32 forward in mode tiled (its distances from its own third warp, one
+    launch), with gradients (forced) and without, against the park kernel and the one-warp
+    hilo forward (two launches): values and gradients bit for bit (the tile's float64
+    distances are the park's, bit for bit), on fresh randn inputs of shapes (B, N, M, D), an
+    upstream gradient other than ones."""
+    from sdtw.cuda import _launch
+
+    monkeypatch.setattr(_launch, "FORCE_BUSY", busy)
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
+    monkeypatch.setattr(_launch, "FORCE_MOVER", False)
+    for B, N, M, D in shapes:
+        x = randn(rng, B, N, D, dtype=torch.float32, device=device)
+        y = randn(rng, B, M, D, dtype=torch.float32, device=device)
+        go = randn(rng, B, dtype=torch.float32, device=device)
+        got = []
+        for tiled in (False, True):
+            monkeypatch.setattr(_launch, "FORCE_TILED", tiled)
+            xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+            before = _launch.launch_counts["forward"]
+            v = sdtw.softdtw(xs, ys, gamma=0.1, backend="cuda", fused=True)
+            assert _launch.launch_counts["forward"] - before == (1 if tiled else 2)
+            got.append((v, *torch.autograd.grad(v, (xs, ys), go)))
+            if tiled:  # without gradients: the same kernel, no weights kept
+                with torch.no_grad():
+                    v0 = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
+                assert torch.equal(v0, v), (B, N, M, D, "no-grad value")
+        for name, a, b in zip(("value", "gx", "gy"), *got, strict=True):
+            assert torch.equal(a, b), (B, N, M, D, name)
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_tiled_matches_park(monkeypatch, rng):
+    """:func:`_check_tiled_matches_park` in the simulator: D with a tail pass (17, 40), a
+    pass exactly (16), one feature; a one-row table; two bands, the second partial; M past
+    a chunk boundary."""
+    shapes = [(2, 5, 40, 17), (1, 40, 33, 40), (1, 1, 3, 16), (1, 3, 2, 1)]
+    _check_tiled_matches_park(monkeypatch, rng, "cpu", shapes)
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("busy", [False, True])
+def test_gpu_tiled_matches_park(monkeypatch, rng, busy):
+    """:func:`_check_tiled_matches_park` on the GPU, busy and quiet: lengths around the chunk
+    and band boundaries, D around the passes of 16 features."""
+    shapes = [(2, 1, 1, 1), (3, 33, 31, 16), (2, 70, 97, 17), (2, 95, 160, 64), (1, 300, 257, 130)]
+    _check_tiled_matches_park(monkeypatch, rng, "cuda", shapes, busy)
 
 
 @requires_gpu

@@ -26,14 +26,22 @@ it is kept short:
 Costs (or fused distances) are staged ``TW`` = 32 columns (a *chunk*) at a time into the
 64-column ring; the weights go out coalesced one chunk later.  The unfused forward and the
 backward load the next chunk into registers while the current chunk's steps run.  The fused
-forward without gradients computes the next chunk's distances itself (float64 dot products of
-staged features) after the current chunk's steps, so it needs no (N, M) buffer at all.  With
+float64 forward without gradients (mode ``fused``) computes the next chunk's distances itself
+(float64 dot products of staged features) after the current chunk's steps, so it needs no
+(N, M) buffer at all.  With
 gradients the weights buffer ``P`` is there anyway, so the fused forward first puts each
 cell's float64 distance in it (from a tiled product on the float64 tensor cores,
 :func:`_build_park`: float64 inputs into plane 0, mode ``split``; float32 inputs as the high
 and low 32-bit words of the float64 bits in planes 1 and 0, mode ``hilo``) and the DP reads
 them from there like a cost, overwriting each with its weights: the dot products then run at
-full rate instead of inside the DP's latency-bound warps.
+full rate instead of inside the DP's latency-bound warps.  The fused float32 forward without
+gradients gives each band a warp of its own for them instead, the *distance warp* (mode
+``tiled``): it computes the next column chunk's 32 x 32 distances on the float64 tensor
+cores while the band's warp runs the current chunk's steps, into a shared tile that the
+band's *mover* warp stages from (below): one launch, no (N, M) buffer, the park kernel's
+values bit for bit.  (With gradients that mode measured slower than the park kernel and the
+DP forward together: its products share each SM's float64 pipe with the steps' float64
+arithmetic; see :func:`sdtw.cuda._launch.tiled`.)
 
 Lane 0 takes the row above the band from the boundary buffer ``Rb`` that the band above writes
 (per step, or a group of ``G`` columns at a time from shared memory: see
@@ -45,7 +53,8 @@ Blocks take a *ticket* from an atomic counter (the boundary buffer's last elemen
 derive their (band, pair) from it, so a block only ever waits for blocks that started before
 it: no deadlock whatever order the hardware schedules blocks in, and the CUDA simulator
 (which runs blocks one at a time) works too.  One launch does the whole forward (two
-when fused with gradients), one the whole backward: launches per step are O(1), not O(N + M).
+when fused with gradients: the park kernel first), one the whole backward: launches per step
+are O(1), not O(N + M).
 
 The fused forward with gradients from float32 inputs gives each
 band a second warp, the *mover*, that stages the costs and writes the weights out while the
@@ -456,31 +465,49 @@ def _ld_relaxed_sim(arr, idx):
 _ld_relaxed = _ld_relaxed_sim if SIMULATED else _ld_relaxed_intrinsic()
 
 
-def _bar_pair_intrinsic():
-    """``bar.sync 1, 64``: a barrier of the block's first two warps only (the band's steps
-    and its mover; the third has left), ordering their shared-memory accesses like a block
-    barrier (a ``memory`` clobber: no access moves across it)."""
+def _bar_intrinsic(barrier: int, op: str = "sync"):
+    """``bar.sync barrier, 64`` (``op``: or ``bar.arrive``, which does not wait): a barrier
+    of two of the block's warps only, ordering their shared-memory accesses like a block
+    barrier (a ``memory`` clobber: no access moves across it).  Barrier 1 pairs the band's
+    steps (warp 0) with its mover (warp 1); barriers 2 and 3 the mover with the distance
+    warp (warp 2) of mode ``tiled``: one warp arrives, the other waits (PTX ISA, "bar,
+    barrier": a producer-consumer pair)."""
     from llvmlite import ir
     from numba.core import types
     from numba.core.extending import intrinsic
 
     @intrinsic
-    def bar_pair(typingctx):
+    def bar_two(typingctx):
         def codegen(context, builder, signature, args):
             fty = ir.FunctionType(ir.VoidType(), [])
-            builder.asm(fty, f"bar.sync 1, {2 * TB};", "~{memory}", [], True)
+            builder.asm(fty, f"bar.{op} {barrier}, {2 * TB};", "~{memory}", [], True)
             return context.get_dummy_value()
 
         return types.void(), codegen
 
-    return bar_pair
+    return bar_two
 
 
 def _bar_pair_sim():
     _sim_barrier(("pair",), 2 * TB).wait()
 
 
-_bar_pair = _bar_pair_sim if SIMULATED else _bar_pair_intrinsic()
+def _bar_free_sim():
+    # (the simulator's arrive waits too: a stronger order, the same results)
+    _sim_barrier(("free",), 2 * TB).wait()
+
+
+def _bar_ready_sim():
+    _sim_barrier(("ready",), 2 * TB).wait()
+
+
+_bar_pair = _bar_pair_sim if SIMULATED else _bar_intrinsic(1)
+# Mode tiled's shared tile: the mover says it has read it (free), the distance warp that it
+# has written it (ready); each waits for the other's.
+_free_arrive = _bar_free_sim if SIMULATED else _bar_intrinsic(2, "arrive")
+_free_wait = _bar_free_sim if SIMULATED else _bar_intrinsic(2)
+_ready_arrive = _bar_ready_sim if SIMULATED else _bar_intrinsic(3, "arrive")
+_ready_wait = _bar_ready_sim if SIMULATED else _bar_intrinsic(3)
 
 
 def _st_if_intrinsic():
@@ -1071,7 +1098,7 @@ fmma = _device(_fmma_sim if SIMULATED else _fmma_gpu)
 
 
 #: Where the forward kernel gets its costs (a compile-time constant of each kernel).
-COST, FUSED, SPLIT, HILO = "cost", "fused", "split", "hilo"
+COST, FUSED, SPLIT, HILO, TILED = "cost", "fused", "split", "hilo", "tiled"
 
 
 def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
@@ -1091,6 +1118,11 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
       cell's float64 squared distance held as the two 32-bit words of its bits, the high
       word in plane 1 and the low word in plane 0 (written by the park kernel's float32
       variant; see :func:`join_words`).  The staging joins them, exactly.
+    * ``"tiled"`` (float32, with ``mover`` only): ``X`` (B, N, D), ``Y`` (B, M, D) as in
+      ``"fused"``, the weights into ``P`` (iff ``store``); the block's third warp, the
+      *distance warp*, computes the distances a column chunk ahead of the mover (see
+      ``mover`` below): the fused float32 forward, with gradients or without, in one
+      launch, no park kernel.
 
     In both last modes a band reads its cells' distances before it writes the same cells'
     weights over them, so the distances take no memory beyond ``P``: the fused forward with
@@ -1121,10 +1153,28 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
     ``cc - 1``'s slots, so the ring needs no more than its two chunks and the shared memory
     is the one-warp kernel's.  After the last group the mover writes out what is left.  The
     results are the one-warp kernel's, bit for bit (the same steps on the same costs).
+
+    In mode ``"tiled"`` the third warp stays: the *distance warp* computes column chunk
+    ``c``'s 32 x 32 squared distances (float64 tensor-core products of features it stages
+    itself, :func:`tile_acc`) in its registers, and writes them to a shared tile ``T``
+    (:func:`tile_out`) that the mover stages from instead of loading parked distances
+    (:func:`titem`).  One tile, handed over by two barriers of their own, each a
+    producer-consumer pair (one warp arrives, the other waits; ``bar.arrive`` /
+    ``bar.sync`` 2 and 3): the distance warp writes chunk 0's tile and says *ready*; then,
+    for each chunk ``c`` with a chunk ``c + 1``, it computes chunk ``c + 1``'s products
+    while the band runs chunk ``c - 1``'s and ``c``'s steps, waits until the mover says
+    *free* (after item ``(c, 3 G)``, the tile's last reader), writes the tile and says
+    *ready*, which the mover waits for before item ``(c + 1, 0)``.  Only the tile's write
+    (a few hundred cycles) sits between the mover's two items; the products overlap the
+    steps.  Column chunks past ``M`` stage zeros.  The tile's values are the park kernel's
+    bit for bit (the same ``mma`` sequence over the features, the norms summed from the
+    same four shares per lane), so this mode gives mode ``"hilo"``'s results.
     """
     assert not (mode == SPLIT and fast) and not (mode == HILO and not fast)
     assert not (mover and mode == FUSED)
+    assert mode != TILED or (fast and mover)
     fused = mode == FUSED
+    tiled = mode == TILED
     split = mode == SPLIT
     hilo = mode == HILO
     parked = split or hilo  # X is P, holding the park kernel's distances
@@ -1357,12 +1407,220 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                     v = (0.0 if v < 0.0 else v) * scale  # clamped at 0, NaN kept
                     blk[_slot(0, r, jl, 1)] = v if (i0 + r < N and jl < M) else 0.0
 
+    @_device
+    def tile_products(acc, nq, xsh, ysh, tid):
+        """:func:`products` for the distance warp (mode ``tiled``): the same tensor-core
+        products into ``acc``, and the squares of the lane's fragment values into the norm
+        shares ``nq`` in the park kernel's order (its ``kstep``): features ``t``, then
+        ``t + 4`` of each 8, of rows ``g + 8 m`` (``nq[m]``) and columns ``g + 8 c``
+        (``nq[4 + c]``)."""
+        g = tid >> 2
+        t = tid & 3
+        for k0 in range(0, DC, 8):
+            kt = k0 + t
+            b = (
+                ysh[kt, g],
+                ysh[kt + 4, g],
+                ysh[kt, g + 8],
+                ysh[kt + 4, g + 8],
+                ysh[kt, g + 16],
+                ysh[kt + 4, g + 16],
+                ysh[kt, g + 24],
+                ysh[kt + 4, g + 24],
+            )
+            for c in range(4):
+                nq[4 + c] += b[2 * c] * b[2 * c]
+                nq[4 + c] += b[2 * c + 1] * b[2 * c + 1]
+            for a in range(2):
+                r = 16 * a + g
+                a0 = xsh[kt, r]
+                a1 = xsh[kt, r + 8]
+                a2 = xsh[kt + 4, r]
+                a3 = xsh[kt + 4, r + 8]
+                nq[2 * a] += a0 * a0
+                nq[2 * a] += a2 * a2
+                nq[2 * a + 1] += a1 * a1
+                nq[2 * a + 1] += a3 * a3
+                for c in range(4):
+                    q = 16 * a + 4 * c
+                    d = fmma(
+                        a0,
+                        a1,
+                        a2,
+                        a3,
+                        b[2 * c],
+                        b[2 * c + 1],
+                        acc[q],
+                        acc[q + 1],
+                        acc[q + 2],
+                        acc[q + 3],
+                        xsh,
+                        ysh,
+                        k0,
+                        16 * a,
+                        8 * c,
+                        g,
+                        t,
+                    )
+                    acc[q], acc[q + 1], acc[q + 2], acc[q + 3] = d
+
+    @_device
+    def feat16u(A, o, st, lim):
+        """``A[min(o + q st, lim)]``, ``q = 0 .. 15``, of the flat view ``A``: feature ``d`` of
+        rows ``r0, r0 + 2, ..`` clamped to the last row, for ``o = r0 D + d``, ``st = 2 D`` and
+        ``lim = (N - 1) D + d``.  The offsets are a chain from ``o``, which changes with each
+        pass, so that no loop-invariant row offsets get hoisted into registers (clamping
+        the rows themselves put ~60 registers of them into the distance warp)."""
+        o1 = o + st
+        o2 = o1 + st
+        o3 = o2 + st
+        o4 = o3 + st
+        o5 = o4 + st
+        o6 = o5 + st
+        o7 = o6 + st
+        o8 = o7 + st
+        o9 = o8 + st
+        o10 = o9 + st
+        o11 = o10 + st
+        o12 = o11 + st
+        o13 = o12 + st
+        o14 = o13 + st
+        o15 = o14 + st
+        return (
+            A[u32(min(o, lim))],
+            A[u32(min(o1, lim))],
+            A[u32(min(o2, lim))],
+            A[u32(min(o3, lim))],
+            A[u32(min(o4, lim))],
+            A[u32(min(o5, lim))],
+            A[u32(min(o6, lim))],
+            A[u32(min(o7, lim))],
+            A[u32(min(o8, lim))],
+            A[u32(min(o9, lim))],
+            A[u32(min(o10, lim))],
+            A[u32(min(o11, lim))],
+            A[u32(min(o12, lim))],
+            A[u32(min(o13, lim))],
+            A[u32(min(o14, lim))],
+            A[u32(min(o15, lim))],
+        )
+
+    @_device
+    def put16d(sh, dd, rh, v, d_ok):
+        """:func:`_put16` without the rows' checks (rows past the table hold the last row's
+        values: their cells are zeroed in :func:`tile_out`, and a cell's value depends on
+        its own row and column only): zeros where the feature does not exist."""
+        sh[dd, rh] = float64(v[0]) if d_ok else 0.0
+        sh[dd, rh + 2] = float64(v[1]) if d_ok else 0.0
+        sh[dd, rh + 4] = float64(v[2]) if d_ok else 0.0
+        sh[dd, rh + 6] = float64(v[3]) if d_ok else 0.0
+        sh[dd, rh + 8] = float64(v[4]) if d_ok else 0.0
+        sh[dd, rh + 10] = float64(v[5]) if d_ok else 0.0
+        sh[dd, rh + 12] = float64(v[6]) if d_ok else 0.0
+        sh[dd, rh + 14] = float64(v[7]) if d_ok else 0.0
+        sh[dd, rh + 16] = float64(v[8]) if d_ok else 0.0
+        sh[dd, rh + 18] = float64(v[9]) if d_ok else 0.0
+        sh[dd, rh + 20] = float64(v[10]) if d_ok else 0.0
+        sh[dd, rh + 22] = float64(v[11]) if d_ok else 0.0
+        sh[dd, rh + 24] = float64(v[12]) if d_ok else 0.0
+        sh[dd, rh + 26] = float64(v[13]) if d_ok else 0.0
+        sh[dd, rh + 28] = float64(v[14]) if d_ok else 0.0
+        sh[dd, rh + 30] = float64(v[15]) if d_ok else 0.0
+
+    @_device
+    def tile_acc(Xp, Yp, xsh, ysh, acc, nq, i0, j0, N, M, D, tid):
+        """The distance warp's products of its band's rows and columns ``j0 .. j0 + 31``
+        (mode ``tiled``), into its registers: ``acc`` (see :func:`products`) and the norm
+        shares ``nq`` (see :func:`tile_products`).  ``Xp``, ``Yp``: flat views of the pair's
+        x and y; staged ``DC`` features a pass as in :func:`stage_pass` (lane ``(dd, rh)``
+        takes feature ``dd`` of rows ``rh, rh + 2, ..``: each load a few lines, where one
+        row per lane made each load touch 32 lines)."""
+        for r in range(TB):
+            acc[r] = 0.0
+        for e in range(8):
+            nq[e] = 0.0
+        dd = tid % DC
+        rh = tid // DC
+        Du = u32(D)
+        st = u32(2 * D)
+        xr = u32(i0 + rh)
+        yr = u32(j0 + rh)
+        xl = u32(N - 1)
+        yl = u32(M - 1)
+        for d0 in range(0, D, DC):
+            d = d0 + dd
+            dc = u32(min(d, D - 1))
+            fx = feat16u(Xp, xr * Du + dc, st, xl * Du + dc)
+            fy = feat16u(Yp, yr * Du + dc, st, yl * Du + dc)
+            sync_band()  # every lane is done with the previous pass
+            put16d(xsh, dd, rh, fx, d < D)
+            put16d(ysh, dd, rh, fy, d < D)
+            sync_band()
+            tile_products(acc, nq, xsh, ysh, tid)
+
+    @_device
+    def tile_out(acc, nq, T, xn, yn, part, i0, j0, N, M, tid):
+        """:func:`tile_acc`'s squared distances into the tile ``T`` (row, column; float64,
+        unscaled, clamped at 0 with NaN kept, zero outside the table): the park kernel's
+        values bit for bit, from the same ``mma`` sequence over the features and each norm
+        summed as ``(s0 + s1) + (s2 + s3)`` from the same four lanes' shares (``part``: the
+        shares by lane; ``xn``/``yn``: the norms; the rows' are recomputed each chunk, the
+        same values each time)."""
+        for e in range(8):
+            part[e, tid] = nq[e]
+        sync_band()
+        # row / column tid = g + 8 m: shares nq[m] / nq[4 + m] of lanes 4 g .. 4 g + 3
+        m = tid >> 3
+        s0 = (tid & 7) * 4
+        xn[tid] = (part[m, s0] + part[m, s0 + 1]) + (part[m, s0 + 2] + part[m, s0 + 3])
+        yn[tid] = (part[m + 4, s0] + part[m + 4, s0 + 1]) + (
+            part[m + 4, s0 + 2] + part[m + 4, s0 + 3]
+        )
+        sync_band()
+        g = tid >> 2
+        t = tid & 3
+        for a in range(2):
+            for c in range(4):
+                for q in range(4):
+                    r = 16 * a + g + 8 * (q >> 1)
+                    cl = 8 * c + 2 * t + (q & 1)
+                    v = (xn[r] + yn[cl]) - 2.0 * acc[16 * a + 4 * c + q]
+                    v = 0.0 if v < 0.0 else v  # clamped at 0, NaN kept
+                    T[r, cl] = v if (i0 + r < N and j0 + cl < M) else 0.0
+
+    @_device
+    def tget8(T, r0, h, ok):
+        """Rows ``r0 .. r0 + 7`` of column ``h`` of the tile ``T`` (zeros where not ``ok``)."""
+        if ok:
+            return (
+                T[r0, h],
+                T[r0 + 1, h],
+                T[r0 + 2, h],
+                T[r0 + 3, h],
+                T[r0 + 4, h],
+                T[r0 + 5, h],
+                T[r0 + 6, h],
+                T[r0 + 7, h],
+            )
+        return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+    @_device
+    def titem(w0, w1, blk, wup, T, h, cc, r0, M, nr1, ncol, store):
+        """:func:`item` in mode ``tiled``: the costs of row group ``r0 ..`` of column chunk
+        ``cc`` come from the distance warp's tile ``T`` (zeros past ``M``)."""
+        jp = (cc - 2) * TW + h
+        if store and cc >= 2 and jp < M and r0 <= nr1:
+            write8(w0, w1, blk, wup, jp, M, nr1, r0)
+        _st8(blk, 0, tget8(T, r0, h, cc < ncol), r0, cc * TW + h, 1)
+        _bar_pair()
+
     @_kernel
     def forward(X, Y, N, M, D, gamma, lo, hi, P, Rb, out, store):
         """One block per (band, pair).
 
         cost:  X = cost (B, N, M), Y unused.
-        fused: X (B, N, D), Y (B, M, D); the squared norms are computed here (float64).
+        fused, tiled: X (B, N, D), Y (B, M, D); the squared norms are computed here
+        (float64).
         split, hilo: X = P holding the distances (see :func:`_build_forward`), Y unused.
         cost, split and hilo get X flat (``X.view(-1)``).
         P (B, 2, N, M) weights, flat (written iff ``store``), Rb int64 boundary rows (B, nb, M + 1)
@@ -1409,12 +1667,23 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         pubs = cuda.shared.array(PUBS, float64)  # the band's last row (+ spare slots)
         xch = cuda.shared.array((2, TB), float64)
         acc = cuda.local.array(TB, float64)  # products of the next chunk's distances (fused)
-        if fused:
+        if fused or tiled:
             xsh = cuda.shared.array((DC, TB1), float64)
             ysh = cuda.shared.array((DC, TW1), float64)
         else:
             xsh = cuda.shared.array((1, 1), float64)  # placeholders: never read when unfused
             ysh = xsh
+        if tiled:  # the distance warp's tile, its norms and their shares
+            T = cuda.shared.array((TB, TW1), float64)
+            txn = cuda.shared.array(TB, float64)
+            tyn = cuda.shared.array(TW, float64)
+            part = cuda.shared.array((8, TB), float64)
+        else:
+            T = cuda.shared.array((1, 1), float64)  # placeholders: never read
+            txn = cuda.shared.array(1, float64)
+            tyn = txn
+            part = xsh
+        ncol = (M + TW - 1) // TW  # column chunks with cells
         nchunks = (M + TB - 1 + TW - 1) // TW
         # Band views (see _ld8): the weights' two planes, and where the costs come from.
         row0 = (2 * b * N + i0) * M  # P[b, 0, i0, 0] (flat)
@@ -1429,11 +1698,55 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         elif hilo:
             Xb = w1  # the distances' high words (plane 1)
             Xlo = w0  # and their low words (plane 0)
+        elif tiled:
+            Xb = w0  # (never read: the distances come from the distance warp's tiles)
+            Xlo = Xb
         elif not fused:
             Xb = band_view(X, (b * N + i0) * M)  # the band's rows of the cost
             Xlo = Xb
         if mover and tx >= 2 * TB:
+            if tiled:
+                # The distance warp (see _build_forward): chunk 0, then chunk c + 1 during
+                # chunk c, a meeting with the mover after each.
+                nq = cuda.local.array(8, float64)
+                Xp = band_view(X, b * N * D)  # this pair's x and y
+                Yp = band_view(Y, b * M * D)
+                tile_acc(Xp, Yp, xsh, ysh, acc, nq, i0, 0, N, M, D, tid)
+                tile_out(acc, nq, T, txn, tyn, part, i0, 0, N, M, tid)
+                _ready_arrive()
+                for c in range(nchunks):
+                    if c + 1 < ncol:
+                        j1 = (c + 1) * TW
+                        tile_acc(Xp, Yp, xsh, ysh, acc, nq, i0, j1, N, M, D, tid)
+                        _free_wait()  # the mover is done with chunk c's tile
+                        tile_out(acc, nq, T, txn, tyn, part, i0, j1, N, M, tid)
+                        _ready_arrive()
             return  # the third warp (see _build_forward)
+        if tiled and tx >= TB:
+            # The mover of mode tiled: chunk 0's first three row groups from the distance
+            # warp's tile, then one item per group, and a meeting with the distance warp
+            # before each chunk's second item (chunk c + 1's tile ready).
+            h = tid
+            _ready_wait()
+            for q in range(3):
+                _st8(blk, 0, tget8(T, q * G, h, True), q * G, h, 1)
+            _bar_pair()
+            for c in range(nchunks):
+                titem(w0, w1, blk, wup, T, h, c, 3 * G, M, nr1, ncol, store)
+                if c + 1 < ncol:
+                    _free_arrive()  # chunk c's tile read
+                    _ready_wait()  # chunk c + 1's written
+                titem(w0, w1, blk, wup, T, h, c + 1, 0, M, nr1, ncol, store)
+                titem(w0, w1, blk, wup, T, h, c + 1, G, M, nr1, ncol, store)
+                titem(w0, w1, blk, wup, T, h, c + 1, 2 * G, M, nr1, ncol, store)
+            if store:
+                for cw in range(max(nchunks - 3, 0), nchunks):
+                    jp = cw * TW + h
+                    if jp < M:
+                        for q in range(4):
+                            if 4 * cw + q + 5 >= 4 * nchunks and q * G <= nr1:
+                                write8(w0, w1, blk, wup, jp, M, nr1, q * G)
+            return
         if mover and tx >= TB:
             # The mover (warp 1): column chunk 0's first three row groups now, the loads of
             # items 0 and 1 in flight; then one item per group, a barrier after each (as
@@ -2270,7 +2583,7 @@ FORWARD = {
 FORWARD.update(  # the mover variants (see _build_forward's ``mover``)
     {
         (m, q, busy, True): _build_forward(m, q, busy, True)
-        for m, q in ((COST, False), (COST, True), (SPLIT, False), (HILO, True))
+        for m, q in ((COST, False), (COST, True), (SPLIT, False), (HILO, True), (TILED, True))
         for busy in (False, True)
     }
 )

@@ -60,6 +60,32 @@ FORCE_BACKWARD_MOVER: bool | None = {"0": False, "1": True}.get(
 )
 
 
+#: Force the fused float32 forward to compute its distances in a third warp per band (mode
+#: ``tiled``: True, with gradients too) or never (False); None: :func:`tiled`.
+#: ``SDTW_TILED=0`` / ``1`` in the environment sets it at import.
+FORCE_TILED: bool | None = {"0": False, "1": True}.get(os.environ.get("SDTW_TILED", ""))
+
+
+def tiled(fast: bool, store: bool) -> bool:
+    """Whether a fused forward takes mode ``tiled``: a third warp per band, the *distance
+    warp*, computes the distances on the float64 tensor cores a column chunk ahead of the
+    band's steps (see :func:`sdtw.cuda._kernels._build_forward`), one launch, no (N, M)
+    buffer for them.
+
+    Taken by the fused float32 forward without gradients (``store`` off), on a GPU, where it
+    replaced mode ``fused`` (the distances computed by the band's own warp between its
+    chunks' steps): at B = 32, N = 512, D = 64 0.365 ms against 0.602 (``probe-dev.txt``,
+    run 108).  Not with gradients: there the park kernel and mode ``hilo`` stay, whose two
+    launches took 180 + 49 us at N = 512 and 1323 + 681 at N = 2048 against 420 and 3309
+    for this mode with its weights stored (run 108): its float64 tensor-core products share
+    each SM's float64 pipe with the steps' float64 arithmetic, run by the park kernel on its
+    own.  Its values are the park kernel's and mode ``hilo``'s bit for bit (GPU tests).
+    :data:`FORCE_TILED` overrides the rule; under the simulator only it turns the mode on."""
+    if FORCE_TILED is not None:
+        return fast and FORCE_TILED
+    return fast and not store and not K.SIMULATED
+
+
 def mover(mode: str) -> bool:
     """Whether a forward launch in ``mode`` takes the variant with a mover warp per band (it
     stages the costs and writes the weights out, while the band's own warp runs the steps; see
@@ -79,6 +105,8 @@ def mover(mode: str) -> bool:
     The backward's rule is :func:`backward_mover`."""
     if mode == K.FUSED:
         return False
+    if mode == K.TILED:
+        return True  # (the mode is the mover variant's)
     if FORCE_MOVER is not None:
         return FORCE_MOVER
     return mode == K.HILO and not K.SIMULATED
@@ -514,7 +542,10 @@ def forward(
     # The kernel's X (flat, but for the fused mode's features) and Y (unused unless fused)
     src, src2 = _flat(a), a
     p_arg = _flat(P)
-    if fused and store:
+    if fused and tiled(fast, store):
+        # the distances from the forward's own third warp; x and y flat
+        mode, src, src2 = K.TILED, _flat(a), _flat(y)
+    elif fused and store:
         # float64 distances from the park kernel: float64 P, plane 0; float32 P, as float32
         # bits' high and low words in planes 1 and 0.  The kernel reads and writes P through X.
         _park(K.PARK32 if fast else K.PARK, a, y, P, streams)
