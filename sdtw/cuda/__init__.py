@@ -57,7 +57,8 @@ So a fused float32 step peaks near ``8 N M`` bytes per pair (+6%), an unfused on
 ``12 N M``, both inside the forward call (from x, y); between forward and backward a pair
 holds its gradients only.  A forward without gradient stores no (N, M) buffer at all (fused,
 it computes the distances inside the DP kernel, their dot products on the float64 tensor
-cores).  Launches per training step, whatever N
+cores: float32 inputs in a third warp per band, a chunk ahead of the steps, mode ``tiled``;
+float64 in the band's own warp).  Launches per training step, whatever N
 and M: fused, three Numba kernels (park, DP forward, DP backward), all in the forward call;
 unfused from x and y, three likewise (:func:`sqeuclidean_cost`'s park kernel writing the
 cost, then the DP forward and backward); from a cost tensor, one in the forward and one in
@@ -65,7 +66,9 @@ the backward.  The DP kernels run one warp per band of 32 rows; the fused float3
 gradients and the backward a second warp per band as well, that stages the
 distances or weights and writes the weights or E out (:func:`sdtw.cuda._launch.mover`,
 :func:`sdtw.cuda._launch.backward_mover`; the same results, bit for bit but for the rounding
-order of E's column sums on partial bands).
+order of E's column sums on partial bands); the fused float32 forward without gradients
+has that second warp and a third that computes the distances
+(:func:`sdtw.cuda._launch.tiled`).
 """
 
 from __future__ import annotations

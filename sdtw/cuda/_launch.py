@@ -74,12 +74,14 @@ def tiled(fast: bool, store: bool) -> bool:
 
     Taken by the fused float32 forward without gradients (``store`` off), on a GPU, where it
     replaced mode ``fused`` (the distances computed by the band's own warp between its
-    chunks' steps): at B = 32, N = 512, D = 64 0.365 ms against 0.602 (``probe-dev.txt``,
-    run 108).  Not with gradients: there the park kernel and mode ``hilo`` stay, whose two
-    launches took 180 + 49 us at N = 512 and 1323 + 681 at N = 2048 against 420 and 3309
-    for this mode with its weights stored (run 108): its float64 tensor-core products share
-    each SM's float64 pipe with the steps' float64 arithmetic, run by the park kernel on its
-    own.  Its values are the park kernel's and mode ``hilo``'s bit for bit (GPU tests).
+    chunks' steps): at B = 32, D = 64 0.430 / 0.995 / 2.935 ms against 0.655 / 1.459 /
+    3.689 at N = 512 / 1024 / 2048 (``probe-dev.txt``, run 108).  Not with gradients: there
+    the park kernel and mode ``hilo`` stay, whose two launches took 180 + 49 us at N = 512
+    and 1323 + 681 at N = 2048 against 420 and 3309 for this mode with its weights stored
+    (run 107), most likely because its float64 tensor-core products share each SM's float64
+    pipe with the steps' float64 arithmetic (the park kernel runs them on its own; not
+    profiled).  Its values are the park kernel's and mode ``hilo``'s bit for bit (GPU
+    tests).
     :data:`FORCE_TILED` overrides the rule; under the simulator only it turns the mode on."""
     if FORCE_TILED is not None:
         return fast and FORCE_TILED
