@@ -674,8 +674,8 @@ def _check_tiled_matches_park(monkeypatch, rng, device, shapes, busy=None):
 def test_sim_tiled_matches_park(monkeypatch, rng):
     """:func:`_check_tiled_matches_park` in the simulator: D with a tail pass (17, 40), a
     pass exactly (16), one feature; a one-row table; two bands, the second partial; M past
-    a chunk boundary."""
-    shapes = [(2, 5, 40, 17), (1, 40, 33, 40), (1, 1, 3, 16), (1, 3, 2, 1)]
+    a chunk boundary (two tiles)."""
+    shapes = [(1, 5, 40, 17), (1, 33, 5, 40), (1, 1, 3, 16), (1, 3, 2, 1)]
     _check_tiled_matches_park(monkeypatch, rng, "cpu", shapes)
 
 

@@ -1119,7 +1119,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
       word in plane 1 and the low word in plane 0 (written by the park kernel's float32
       variant; see :func:`join_words`).  The staging joins them, exactly.
     * ``"tiled"`` (float32, with ``mover`` only): ``X`` (B, N, D), ``Y`` (B, M, D) as in
-      ``"fused"``, the weights into ``P`` (iff ``store``); the block's third warp, the
+      ``"fused"`` but flat, the weights into ``P`` (iff ``store``); the block's third warp, the
       *distance warp*, computes the distances a column chunk ahead of the mover (see
       ``mover`` below): the fused float32 forward, with gradients or without, in one
       launch, no park kernel.
@@ -1619,10 +1619,10 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         """One block per (band, pair).
 
         cost:  X = cost (B, N, M), Y unused.
-        fused, tiled: X (B, N, D), Y (B, M, D); the squared norms are computed here
-        (float64).
+        fused: X (B, N, D), Y (B, M, D); the squared norms are computed here (float64).
+        tiled: X, Y the same, flat (the distance warp computes the norms).
         split, hilo: X = P holding the distances (see :func:`_build_forward`), Y unused.
-        cost, split and hilo get X flat (``X.view(-1)``).
+        cost, split, hilo and tiled get X flat (``X.view(-1)``).
         P (B, 2, N, M) weights, flat (written iff ``store``), Rb int64 boundary rows (B, nb, M + 1)
         flattened, plus one element, the ticket counter (float64 bits / counter, all
         pre-filled with ``SENTINEL``), out (B,) loss (any float dtype).
