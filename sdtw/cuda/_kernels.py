@@ -1318,13 +1318,16 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         sync_band()
 
     @_device
-    def products(acc, xsh, ysh, tid, yy):
+    def products(acc, xsh, ysh, tid, yy, nq):
         """Add the staged pass's products to the warp's 32 x 32 tile of dot products, on the
         float64 tensor cores: for each 8 of its ``DC`` features, 8 ``mma.m16n8k8.f64`` (the
         tile as 2 x 4 tiles of 16 x 8, this lane's accumulators ``acc[16 a + 4 c + q]`` in
         the C layout of :func:`_dmma_intrinsic`: rows ``16 a + g (+ 8)``, columns
         ``8 c + 2 t (+ 1)``, ``g = tid // 4``, ``t = tid % 4``); and this lane's column's
-        ``y^2`` to ``yy``."""
+        ``y^2`` to ``yy`` (returned).  Mode ``tiled`` (the distance warp) instead adds the
+        squares of the lane's fragment values to the norm shares ``nq`` in the park kernel's
+        order (its ``kstep``): features ``t``, then ``t + 4`` of each 8, of rows ``g + 8 m``
+        (``nq[m]``) and columns ``g + 8 c`` (``nq[4 + c]``); ``nq`` is unused otherwise."""
         g = tid >> 2
         t = tid & 3
         for k0 in range(0, DC, 8):
@@ -1339,12 +1342,21 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                 ysh[kt, g + 24],
                 ysh[kt + 4, g + 24],
             )
+            if tiled:
+                for c in range(4):
+                    nq[4 + c] += b[2 * c] * b[2 * c]
+                    nq[4 + c] += b[2 * c + 1] * b[2 * c + 1]
             for a in range(2):
                 r = 16 * a + g
                 a0 = xsh[kt, r]
                 a1 = xsh[kt, r + 8]
                 a2 = xsh[kt + 4, r]
                 a3 = xsh[kt + 4, r + 8]
+                if tiled:
+                    nq[2 * a] += a0 * a0
+                    nq[2 * a] += a2 * a2
+                    nq[2 * a + 1] += a1 * a1
+                    nq[2 * a + 1] += a3 * a3
                 for c in range(4):
                     q = 16 * a + 4 * c
                     d = fmma(
@@ -1367,9 +1379,10 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                         t,
                     )
                     acc[q], acc[q + 1], acc[q + 2], acc[q + 3] = d
-        for e in range(DC):
-            yv = ysh[e, tid]
-            yy += yv * yv
+        if not tiled:
+            for e in range(DC):
+                yv = ysh[e, tid]
+                yy += yv * yv
         return yy
 
     @_device
@@ -1406,63 +1419,6 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                     v = xn[r] + yn[cl] - 2.0 * acc[16 * a + 4 * c + q]
                     v = (0.0 if v < 0.0 else v) * scale  # clamped at 0, NaN kept
                     blk[_slot(0, r, jl, 1)] = v if (i0 + r < N and jl < M) else 0.0
-
-    @_device
-    def tile_products(acc, nq, xsh, ysh, tid):
-        """:func:`products` for the distance warp (mode ``tiled``): the same tensor-core
-        products into ``acc``, and the squares of the lane's fragment values into the norm
-        shares ``nq`` in the park kernel's order (its ``kstep``): features ``t``, then
-        ``t + 4`` of each 8, of rows ``g + 8 m`` (``nq[m]``) and columns ``g + 8 c``
-        (``nq[4 + c]``)."""
-        g = tid >> 2
-        t = tid & 3
-        for k0 in range(0, DC, 8):
-            kt = k0 + t
-            b = (
-                ysh[kt, g],
-                ysh[kt + 4, g],
-                ysh[kt, g + 8],
-                ysh[kt + 4, g + 8],
-                ysh[kt, g + 16],
-                ysh[kt + 4, g + 16],
-                ysh[kt, g + 24],
-                ysh[kt + 4, g + 24],
-            )
-            for c in range(4):
-                nq[4 + c] += b[2 * c] * b[2 * c]
-                nq[4 + c] += b[2 * c + 1] * b[2 * c + 1]
-            for a in range(2):
-                r = 16 * a + g
-                a0 = xsh[kt, r]
-                a1 = xsh[kt, r + 8]
-                a2 = xsh[kt + 4, r]
-                a3 = xsh[kt + 4, r + 8]
-                nq[2 * a] += a0 * a0
-                nq[2 * a] += a2 * a2
-                nq[2 * a + 1] += a1 * a1
-                nq[2 * a + 1] += a3 * a3
-                for c in range(4):
-                    q = 16 * a + 4 * c
-                    d = fmma(
-                        a0,
-                        a1,
-                        a2,
-                        a3,
-                        b[2 * c],
-                        b[2 * c + 1],
-                        acc[q],
-                        acc[q + 1],
-                        acc[q + 2],
-                        acc[q + 3],
-                        xsh,
-                        ysh,
-                        k0,
-                        16 * a,
-                        8 * c,
-                        g,
-                        t,
-                    )
-                    acc[q], acc[q + 1], acc[q + 2], acc[q + 3] = d
 
     @_device
     def feat16u(A, o, st, lim):
@@ -1531,7 +1487,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
     def tile_acc(Xp, Yp, xsh, ysh, acc, nq, i0, j0, N, M, D, tid):
         """The distance warp's products of its band's rows and columns ``j0 .. j0 + 31``
         (mode ``tiled``), into its registers: ``acc`` (see :func:`products`) and the norm
-        shares ``nq`` (see :func:`tile_products`).  ``Xp``, ``Yp``: flat views of the pair's
+        shares ``nq`` (see :func:`products`).  ``Xp``, ``Yp``: flat views of the pair's
         x and y; staged ``DC`` features a pass as in :func:`stage_pass` (lane ``(dd, rh)``
         takes feature ``dd`` of rows ``rh, rh + 2, ..``: each load a few lines, where one
         row per lane made each load touch 32 lines)."""
@@ -1556,7 +1512,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
             put16d(xsh, dd, rh, fx, d < D)
             put16d(ysh, dd, rh, fy, d < D)
             sync_band()
-            tile_products(acc, nq, xsh, ysh, tid)
+            products(acc, xsh, ysh, tid, 0.0, nq)
 
     @_device
     def tile_out(acc, nq, T, xn, yn, part, i0, j0, N, M, tid):
@@ -1802,7 +1758,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                 acc[r] = 0.0
             for d0 in range(0, D, DC):
                 stage_pass(Xb, Yb, xsh, ysh, i0, 0, N, M, D, d0, dd, rh)
-                yy = products(acc, xsh, ysh, tid, yy)
+                yy = products(acc, xsh, ysh, tid, yy, acc)
             yn[tid] = yy
             sync_band()  # every lane's column norm in yn
             distances(acc, yn, xn, blk, i0, N, M, 0, tid, scale)
@@ -1867,7 +1823,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                 yy = 0.0
                 for d0 in range(0, D, DC):
                     stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh)
-                    yy = products(acc, xsh, ysh, tid, yy)
+                    yy = products(acc, xsh, ysh, tid, yy, acc)
                 yn[tid] = yy  # (read after the barriers below)
             sync_band()
             # Chunk c - 1 is complete now: write its weights out, coalesced along columns.
