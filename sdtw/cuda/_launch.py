@@ -499,7 +499,8 @@ def forward(
     store: bool,
     spare: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, _View | None]:
-    """Run the forward kernel (and, fused with ``store``, the distances into ``P`` before it).
+    """Run the forward kernel (and, fused with ``store`` unless :func:`tiled`, the park
+    kernel's distances into ``P`` before it).
 
     Parameters
     ----------
@@ -525,7 +526,9 @@ def forward(
     gamma moves the weights of nearly tied paths, by up to ~1e-3 of the gradients at
     gamma = 1e-3 (B = 4, N = 512, D = 64, randn), over the 1e-4 bar.
     Fused without ``store``, the forward computes the distances itself (one launch, no
-    (N, M) buffer at all, but slower: the dot products sit in the DP's warps).
+    (N, M) buffer at all): from float32 inputs in a third warp per band (mode ``tiled``, see
+    :func:`tiled`), from float64 inputs in the band's own warp between its steps (mode
+    ``fused``, slower).
     """
     fused = y is not None
     B, N = a.shape[0], a.shape[1]
