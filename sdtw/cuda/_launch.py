@@ -49,8 +49,9 @@ def busy() -> bool:
     return True if FORCE_BUSY is None else FORCE_BUSY
 
 
-#: Force the forward's *mover* variant on (True) or off (False) in every mode but the fused
-#: no-gradient one (tests, probes, the sanitizer case);
+#: Force the forward's *mover* variant on (True) or off (False) in every mode but modes
+#: ``fused`` (never) and ``tiled`` (always; see :func:`tiled`) (tests, probes, the sanitizer
+#: case);
 #: None: :func:`mover`.  ``SDTW_MOVER=0`` / ``1`` in the environment sets it at import.
 FORCE_MOVER: bool | None = {"0": False, "1": True}.get(os.environ.get("SDTW_MOVER", ""))
 #: Force the backward's mover variant on (True) or off (False); None: :func:`backward_mover`.
@@ -102,7 +103,8 @@ def mover(mode: str) -> bool:
     against 192.7 at N = 512, 502.7 against 485.3 at N = 1024), and so keeps the one-warp
     kernel, as do the float64 modes, whose forward is bound by its float64 arithmetic: with
     the mover 2054 against 1918 us at N = 512 and 5523 against 5852 at N = 1024, fused
-    (run 74).  Never for the fused no-gradient mode.
+    (run 74).  Never for mode ``fused`` (the float64 fused forward without gradients); always
+    for mode ``tiled``, whose distance warp hands its tiles to the mover (:func:`tiled`).
     :data:`FORCE_MOVER` overrides the rule; under the simulator only it turns the variant on.
     The backward's rule is :func:`backward_mover`."""
     if mode == K.FUSED:
