@@ -1304,6 +1304,18 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         return v
 
     @_device
+    def write_rest(w0, w1, blk, wup, h, M, nr1, nchunks):
+        """The mover's last weights, after its last item: what no item wrote (column chunk
+        ``cw``'s row group ``q`` was written by item ``4 cw + q + 5`` if that is below the
+        number of items, ``4 nchunks``)."""
+        for cw in range(max(nchunks - 3, 0), nchunks):
+            jp = cw * TW + h
+            if jp < M:
+                for q in range(4):
+                    if 4 * cw + q + 5 >= 4 * nchunks and q * G <= nr1:
+                        write8(w0, w1, blk, wup, jp, M, nr1, q * G)
+
+    @_device
     def stage_pass(Xb, Yb, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh):
         """Features ``d0 .. d0 + DC - 1`` of the band's rows and of columns ``jn0 ..`` into
         ``xsh``/``ysh`` (float64; lanes (dd, rh) take feature ``d0 + dd`` of rows rh, rh + 2, ..
@@ -1696,12 +1708,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                 titem(w0, w1, blk, wup, T, h, c + 1, G, M, nr1, ncol, store)
                 titem(w0, w1, blk, wup, T, h, c + 1, 2 * G, M, nr1, ncol, store)
             if store:
-                for cw in range(max(nchunks - 3, 0), nchunks):
-                    jp = cw * TW + h
-                    if jp < M:
-                        for q in range(4):
-                            if 4 * cw + q + 5 >= 4 * nchunks and q * G <= nr1:
-                                write8(w0, w1, blk, wup, jp, M, nr1, q * G)
+                write_rest(w0, w1, blk, wup, h, M, nr1, nchunks)
             return
         if mover and tx >= TB:
             # The mover (warp 1): column chunk 0's first three row groups now, the loads of
@@ -1721,14 +1728,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                 v = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, G, M, Mu, nr1, v, store)
                 v1 = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, 2 * G, M, Mu, nr1, v1, store)
             if store:
-                # What no item wrote: column chunk cw's row group q was written by item
-                # 4 cw + q + 5 if that is below the number of items, 4 nchunks.
-                for cw in range(max(nchunks - 3, 0), nchunks):
-                    jp = cw * TW + h
-                    if jp < M:
-                        for q in range(4):
-                            if 4 * cw + q + 5 >= 4 * nchunks and q * G <= nr1:
-                                write8(w0, w1, blk, wup, jp, M, nr1, q * G)
+                write_rest(w0, w1, blk, wup, h, M, nr1, nchunks)
             return
         if fused:
             xn = cuda.shared.array(TB, float64)  # |x_i|^2 of the band's rows
