@@ -1415,6 +1415,16 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         return step(blk, wup, rowb, pb, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
 
     @_device
+    def cell_distance(acc, xn, yn, g, t, a, c, q):
+        """Row ``r``, column ``cl`` and squared distance (clamped at 0, NaN kept) of lane
+        ``(g, t)``'s accumulator ``(a, c, q)`` of the tile (see :func:`products`), from the
+        norms ``xn`` (rows) and ``yn`` (columns)."""
+        r = 16 * a + g + 8 * (q >> 1)
+        cl = 8 * c + 2 * t + (q & 1)
+        v = (xn[r] + yn[cl]) - 2.0 * acc[16 * a + 4 * c + q]
+        return r, cl, (0.0 if v < 0.0 else v)
+
+    @_device
     def distances(acc, yn, xn, blk, i0, N, M, j0, tid, scale):
         """Scaled squared distances of this lane's 32 cells of the tile (see
         :func:`products`; columns from ``j0``), from the accumulated products and the norms
@@ -1425,12 +1435,9 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         for a in range(2):
             for c in range(4):
                 for q in range(4):
-                    r = 16 * a + g + 8 * (q >> 1)
-                    cl = 8 * c + 2 * t + (q & 1)
+                    r, cl, v = cell_distance(acc, xn, yn, g, t, a, c, q)
                     jl = j0 + cl
-                    v = xn[r] + yn[cl] - 2.0 * acc[16 * a + 4 * c + q]
-                    v = (0.0 if v < 0.0 else v) * scale  # clamped at 0, NaN kept
-                    blk[_slot(0, r, jl, 1)] = v if (i0 + r < N and jl < M) else 0.0
+                    blk[_slot(0, r, jl, 1)] = v * scale if (i0 + r < N and jl < M) else 0.0
 
     @_device
     def feat16u(A, o, st, lim):
@@ -1550,10 +1557,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         for a in range(2):
             for c in range(4):
                 for q in range(4):
-                    r = 16 * a + g + 8 * (q >> 1)
-                    cl = 8 * c + 2 * t + (q & 1)
-                    v = (xn[r] + yn[cl]) - 2.0 * acc[16 * a + 4 * c + q]
-                    v = 0.0 if v < 0.0 else v  # clamped at 0, NaN kept
+                    r, cl, v = cell_distance(acc, xn, yn, g, t, a, c, q)
                     T[r, cl] = v if (i0 + r < N and j0 + cl < M) else 0.0
 
     @_device

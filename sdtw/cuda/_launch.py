@@ -191,16 +191,14 @@ class _Launcher:
         if entry is None or entry is False or K.SIMULATED:
             conv = [a.tensor() if type(a) is _View else a for a in args]
             conv = [_arr(a) if isinstance(a, torch.Tensor) else a for a in conv]
-            if entry is None:  # (the first call of this signature: compiles, or loads)
-                try:
-                    self.dispatcher[grid, block, stream](*conv)
-                except Exception as exc:
-                    err = _toolkit_error(exc)
-                    if err is exc:
-                        raise
-                    raise err from exc
-            else:
+            try:
                 self.dispatcher[grid, block, stream](*conv)
+            except Exception as exc:
+                # (the first call of a signature compiles, or loads, the kernel)
+                err = exc if entry is not None else _toolkit_error(exc)
+                if err is exc:
+                    raise
+                raise err from exc
             if entry is None and not K.SIMULATED:
                 self.cache[key] = self._find(conv, flat)
             return
