@@ -216,8 +216,8 @@ def softdtw(
           (gradients within ~1e-7 of float64, where the unfused float32 cost tensor gives
           ~1e-5, and more on nearly tied paths at small gamma).
         * without gradients: unfused when the cost tensor takes at most a quarter of the free
-          GPU memory (on an H200, B = 32, D = 64, float32, its forward is 1.7-1.8x faster at
-          N = 512-2048),
+          GPU memory (on an H200, float32, its forward is 1.3-1.8x faster at N = 512-2048 on
+          the paper's grid),
           else fused, whose forward computes the distances inside the DP kernel (their dot
           products on the float64 tensor cores) and stores no (N, M) buffer at all.
     backend : {"auto", "cpu", "cuda", "reference"}
