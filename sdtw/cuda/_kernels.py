@@ -40,8 +40,8 @@ gradients gives each band a warp of its own for them instead, the *distance warp
 cores while the band's warp runs the current chunk's steps, into a shared tile that the
 band's *mover* warp stages from (below): one launch, no (N, M) buffer, the park kernel's
 values bit for bit.  (With gradients that mode measured slower than the park kernel and the
-DP forward together, most likely because its products share each SM's float64 pipe with
-the steps' float64 arithmetic; see :func:`sdtw.cuda._launch.tiled`.)
+DP forward together: its warps stall at the barriers, waiting for the distance warp, whose
+chunk takes longer than the steps'; see :func:`sdtw.cuda._launch.tiled`.)
 
 Lane 0 takes the row above the band from the boundary buffer ``Rb`` that the band above writes
 (per step, or a group of ``G`` columns at a time from shared memory: see

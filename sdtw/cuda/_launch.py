@@ -79,10 +79,11 @@ def tiled(fast: bool, store: bool) -> bool:
     3.689 at N = 512 / 1024 / 2048 (``probe-dev.txt``, run 108).  Not with gradients: there
     the park kernel and mode ``hilo`` stay, whose two launches took 180 + 49 us at N = 512
     and 1323 + 681 at N = 2048 against 420 and 3309 for this mode with its weights stored
-    (run 107), most likely because its float64 tensor-core products share each SM's float64
-    pipe with the steps' float64 arithmetic (the park kernel runs them on its own; not
-    profiled).  Its values are the park kernel's and mode ``hilo``'s bit for bit (GPU
-    tests).
+    (run 107).  Nsight Compute at N = 512 (run 114) finds the float64 pipe nearly idle (2.2%
+    float64 arithmetic, 4.0% DMMA) and the warps waiting at the barriers: 7.5 of the 16.2
+    cycles between two issued instructions (mode ``hilo``: 3.3 of 9.4).  So the distance
+    warp's chunk takes longer than the steps' chunk.  Its values are the park kernel's and
+    mode ``hilo``'s bit for bit (GPU tests).
     :data:`FORCE_TILED` overrides the rule; under the simulator only it turns the mode on."""
     if FORCE_TILED is not None:
         return fast and FORCE_TILED
