@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One GPU call: the GPU tests, compute-sanitizer on a small case, probes, then benchmark sweeps.
+# One GPU call: the GPU tests, compute-sanitizer (memcheck, racecheck, synccheck) on small cases, probes,
+# then benchmark sweeps.
 # Usage: bash experiments/gpu_run.sh OUTDIR [SWEEP ...]   (default sweeps: targets paper-grid gamma)
 # Writes OUTDIR/<sweep>.csv and OUTDIR/gpu-run.tar.gz, which holds those and tests.log,
 # sanitizer.log, probe.txt (experiments.probe, then --nograd: the forward without gradients),
@@ -58,8 +59,15 @@ if [ "${SDTW_SKIP_TESTS:-0}" != 1 ] && [ "${SDTW_SKIP_CHECKS:-0}" != 1 ]; then
         --report-api-errors no python3 -m experiments.sanitize_case
     limited "${SDTW_T_SANITIZER:-180}" "$out/sanitizer.log" compute-sanitizer --tool racecheck \
         python3 -m experiments.sanitize_case
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|cut after" "$out/sanitizer.log" |
-        sort | uniq -c
+    # synccheck ends the process at the first kernel it flags: one process per case
+    ncases=$(python3 -m experiments.sanitize_case --list | wc -l)
+    for k in $(seq 0 $((ncases - 1))); do
+        echo "== sanitize_case --case $k" >> "$out/sanitizer.log"
+        limited "${SDTW_T_SANITIZER:-180}" "$out/sanitizer.log" compute-sanitizer --tool synccheck \
+            --print-limit 4 python3 -m experiments.sanitize_case --case "$k"
+    done
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|Barrier error|cut after" \
+        "$out/sanitizer.log" | sort | uniq -c
     limited "${SDTW_T_PROBE:-120}" "$out/probe.txt" python3 -m experiments.probe
     limited "${SDTW_T_PROBE:-120}" "$out/probe.txt" python3 -m experiments.probe --nograd
     limited "${SDTW_T_PROBE:-120}" "$out/steady.txt" python3 -m experiments.probe --steady

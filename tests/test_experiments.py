@@ -543,3 +543,23 @@ def test_kernel_variants_compile_for_sm90() -> None:
         pytest.skip(res.stdout.strip()[:300])
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     assert "FAIL" not in res.stdout and " kernel variants compiled" in res.stdout
+
+
+def test_sanitizer_cases_cover_every_variant_and_list_without_a_gpu(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from experiments import sanitize_case
+
+    every = sanitize_case.cases()
+    # quiet and busy, one warp and movers; mode tiled forced only with the movers
+    variants = {(b, t) for b in (False, True) for t in (False, True)}
+    assert {(c.busy, c.two) for c in every} == variants
+    assert all(c.two for c in every if c.tiled)
+    assert sum(c.tiled for c in every) == 2
+    assert {c.dtype for c in every} == {torch.float32, torch.float64}
+    assert sanitize_case.cases(only_mover=True) == [c for c in every if c.two]
+    sanitize_case.main(["--list"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(every) and lines[0].startswith("0: quiet, one warp, fused")
+    with pytest.raises(SystemExit):
+        sanitize_case.main(["--case", str(len(every))])
