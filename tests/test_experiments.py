@@ -503,10 +503,10 @@ def test_sass_analysis_counts_loops() -> None:
     ]
 
 
-def _sass(*args: str) -> subprocess.CompletedProcess:
+def _sass(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
     """``python -m experiments.sass ARGS`` in a child process, without the simulator (this
-    process runs under it)."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    process runs under it), with ``extra_env`` added to its environment."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"} | extra_env
     return subprocess.run(
         [sys.executable, "-m", "experiments.sass", *args],
         cwd=REPO,
@@ -528,6 +528,18 @@ def test_sass_of_the_park_kernel() -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     assert "0 bytes spill stores" in res.stdout
     assert any(ln.strip().startswith("loop") and "DMMA 8" in ln for ln in res.stdout.splitlines())
+
+
+def test_unaligned_named_barriers_switch(tmp_path: Path) -> None:
+    """``SDTW_BARRIERS=unaligned`` turns the movers' named barriers into PTX's non-aligned
+    ``barrier.sync`` (the default is ``bar.sync``, the ``.aligned`` form; see
+    ``sdtw.cuda._kernels._barrier_form``), here in the backward with its mover."""
+    res = _sass("backward32-mover", "--out", str(tmp_path), SDTW_BARRIERS="unaligned")
+    if res.returncode == 2:
+        pytest.skip(res.stdout.strip()[:300])
+    assert res.returncode == 0, res.stderr[-2000:]
+    ptx = (tmp_path / "backward32-mover.ptx").read_text()
+    assert "barrier.sync 1, 64;" in ptx and "bar.sync 1, 64;" not in ptx
 
 
 def test_kernel_variants_compile_for_sm90() -> None:

@@ -465,13 +465,36 @@ def _ld_relaxed_sim(arr, idx):
 _ld_relaxed = _ld_relaxed_sim if SIMULATED else _ld_relaxed_intrinsic()
 
 
+def _barrier_form() -> str:
+    """The PTX form of the named barriers, from ``SDTW_BARRIERS`` (read once, at import):
+    ``aligned`` (the default) ``bar.sync`` / ``bar.arrive``, or ``unaligned``
+    ``barrier.sync`` / ``barrier.arrive``.
+
+    ``bar.sync`` is ``barrier.sync.aligned``, whose every participating thread should execute
+    the same barrier instruction; the band's warp and its mover meet at two different ones
+    (the usual producer-consumer use), which compute-sanitizer's synccheck reports as
+    "Divergent thread(s) in block" (``probe-dev.txt``, run 114).  The non-aligned form allows
+    that, but offline ptxas then merges the warps' paths (the movers' kernels 1.4-1.7x longer,
+    run 114); its speed and its synccheck have not been measured, hence a switch.  Kernels
+    built with it skip the on-disk cache (its key does not include the switch)."""
+    form = os.environ.get("SDTW_BARRIERS", "aligned")
+    if form not in ("aligned", "unaligned"):
+        raise ValueError(f"SDTW_BARRIERS={form!r}: expected 'aligned' or 'unaligned'")
+    return form
+
+
+BARRIERS = _barrier_form()
+
+
 def _bar_intrinsic(barrier: int, op: str = "sync"):
-    """``bar.sync barrier, 64`` (``op``: or ``bar.arrive``, which does not wait): a barrier
-    of two of the block's warps only, ordering their shared-memory accesses like a block
-    barrier (a ``memory`` clobber: no access moves across it).  Barrier 1 pairs the band's
-    steps (warp 0) with its mover (warp 1); barriers 2 and 3 the mover with the distance
-    warp (warp 2) of mode ``tiled``: one warp arrives, the other waits (PTX ISA, "bar,
-    barrier": a producer-consumer pair)."""
+    """``bar.sync barrier, 64`` (``op``: or ``bar.arrive``, which does not wait; with
+    ``SDTW_BARRIERS=unaligned`` ``barrier.sync`` / ``barrier.arrive``, see
+    :func:`_barrier_form`): a barrier of two of the block's warps only, ordering their
+    shared-memory accesses like a block barrier (a ``memory`` clobber: no access moves across
+    it).  Barrier 1 pairs the band's steps (warp 0) with its mover (warp 1); barriers 2 and 3
+    the mover with the distance warp (warp 2) of mode ``tiled``: one warp arrives, the other
+    waits (PTX ISA, "bar, barrier": a producer-consumer pair)."""
+    name = "bar" if BARRIERS == "aligned" else "barrier"
     from llvmlite import ir
     from numba.core import types
     from numba.core.extending import intrinsic
@@ -480,7 +503,7 @@ def _bar_intrinsic(barrier: int, op: str = "sync"):
     def bar_two(typingctx):
         def codegen(context, builder, signature, args):
             fty = ir.FunctionType(ir.VoidType(), [])
-            builder.asm(fty, f"bar.{op} {barrier}, {2 * TB};", "~{memory}", [], True)
+            builder.asm(fty, f"{name}.{op} {barrier}, {2 * TB};", "~{memory}", [], True)
             return context.get_dummy_value()
 
         return types.void(), codegen
@@ -2568,9 +2591,15 @@ COST_PARK = {f: _build_park(f, cost=True) for f in (False, True)}
 #: environment turns it off).  Compiling one of the DP kernels (Numba's typing and lowering,
 #: then NVVM) takes several seconds (the fused forward without gradients ~8 s on the H200
 #: machine, ``probe-dev.txt`` run 92), and a training step uses three: every new process paid
-#: that before its first step.  Not under the simulator, and not with ``SDTW_TIMING=1`` (its
-#: kernels differ from the regular ones by a module-level switch).
-DISK_CACHE = not SIMULATED and not TIMING and os.environ.get("SDTW_KERNEL_CACHE", "1") != "0"
+#: that before its first step.  Not under the simulator, and not with ``SDTW_TIMING=1`` or
+#: ``SDTW_BARRIERS=unaligned`` (their kernels differ from the regular ones by a module-level
+#: switch).
+DISK_CACHE = (
+    not SIMULATED
+    and not TIMING
+    and BARRIERS == "aligned"
+    and os.environ.get("SDTW_KERNEL_CACHE", "1") != "0"
+)
 
 
 def _source_digest() -> str:
