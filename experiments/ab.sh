@@ -14,6 +14,8 @@
 # Prints the DP and park kernels' and the whole step's lines, tagged "A" (OLD_TREE) and "B" (this
 # tree).
 # Extra environment (SDTW_MOVER, SDTW_BACKWARD_MOVER, SDTW_CUDA_GRAPHS=0, ...) applies to both;
+# AB_ENV_A / AB_ENV_B (VAR=VALUE ...) to one side only, so that one tree can be compared with
+# itself under a switch: AB_ENV_B=SDTW_BARRIERS=unaligned bash experiments/ab.sh . 512 2048;
 # AB_FLAGS adds probe flags (AB_FLAGS=--float64: float64 inputs).
 set -uo pipefail
 old=${1:?usage: ab.sh OLD_TREE N [N ...]}
@@ -35,10 +37,14 @@ status=0
 for n in "$@"; do
     for round in $(seq "${ROUNDS:-2}"); do
         for side in A B; do
-            if [ "$side" = A ]; then dir=$side_a; else dir=$here; fi
+            if [ "$side" = A ]; then
+                dir=$side_a side_env=${AB_ENV_A:-}
+            else
+                dir=$here side_env=${AB_ENV_B:-}
+            fi
             # shellcheck disable=SC2086
-            (cd "$dir" && PYTHONPATH=. python3 -m experiments.probe "${AB_PROBE:---kernels}" "$n" \
-                ${AB_FLAGS:-}) \
+            (cd "$dir" && env $side_env PYTHONPATH=. python3 -m experiments.probe \
+                "${AB_PROBE:---kernels}" "$n" ${AB_FLAGS:-}) \
                 > "$log" 2>&1 ||
                 { status=1; tail -2 "$log" | sed "s/^/$side round $round: /"; }
             grep -E "^B=.*(forward|backward|park|all kernels)" "$log" |
