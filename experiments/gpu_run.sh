@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One GPU call: the GPU tests, compute-sanitizer (memcheck, racecheck, synccheck) on small cases, probes,
-# then benchmark sweeps.
+# One GPU call: the GPU tests, compute-sanitizer (memcheck, racecheck, synccheck) on small
+# cases, probes, then benchmark sweeps.
 # Usage: bash experiments/gpu_run.sh OUTDIR [SWEEP ...]   (default sweeps: targets paper-grid gamma)
 # Writes OUTDIR/<sweep>.csv and OUTDIR/gpu-run.tar.gz, which holds those and tests.log,
 # sanitizer.log, probe.txt (experiments.probe, then --nograd: the forward without gradients),
@@ -11,8 +11,8 @@
 # Each step has a time limit (seconds: SDTW_T_TESTS, SDTW_T_SANITIZER per tool, SDTW_T_PROBE,
 # SDTW_T_SWEEPS in all); a step cut short says so in its log.  SDTW_SKIP_TESTS=1 runs only the
 # sweeps; SDTW_SKIP_CHECKS=1 skips the sanitizer and the probes (tests, then sweeps);
-# SDTW_SKIP_SYNCCHECK=1 only synccheck (one process per sanitize_case case, 18 of them: its
-# time on the H200 not yet measured); extra
+# SDTW_SKIP_SYNCCHECK=1 leaves out synccheck alone (one process per sanitize_case case, 18 of
+# them: its time on the H200 not yet measured); extra
 # run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused", adding
 # "--impl sdtw-fused-graph --impl sdtw-unfused-graph" for the CUDA-graph rows of targets and
 # paper-grid: without it the sweeps also time every baseline, far more than one call).  On the H200 the
