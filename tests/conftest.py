@@ -55,6 +55,11 @@ if SIMULATOR:
         return res
 
     _kernelapi.FakeCUDAShared.array = _locked_shared_array
+# Without a GPU, Triton kernels run in Triton's interpreter (read when a kernel is defined;
+# set before anything imports triton).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+TRITON_INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 requires_sim = pytest.mark.skipif(not SIMULATOR, reason="needs NUMBA_ENABLE_CUDASIM=1")
 requires_gpu = pytest.mark.skipif(
     SIMULATOR or not torch.cuda.is_available(), reason="needs a CUDA GPU (and no simulator)"

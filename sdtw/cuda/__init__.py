@@ -77,7 +77,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from sdtw._sqeuclidean import sqeuclidean_grads
-from sdtw.cuda import _graphs
+from sdtw.cuda import _graphs, _tc_grads
 from sdtw.cuda._graphs import clear_graphs, graphs_enabled, set_graphs
 
 __all__ = [
@@ -218,7 +218,8 @@ def _eager_grads(
     # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
     # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
     rows, cols = S.split((N, S.shape[1] - N), 1)
-    return out, sqeuclidean_grads(x, y, E, rows, cols, need_x, need_y)
+    grads = _tc_grads.sqeuclidean_grads_tc if _tc_grads.wanted(x) else sqeuclidean_grads
+    return out, grads(x, y, E, rows, cols, need_x, need_y)
 
 
 def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:

@@ -470,13 +470,13 @@ def _barrier_form() -> str:
     ``aligned`` (the default) ``bar.sync`` / ``bar.arrive``, or ``unaligned``
     ``barrier.sync`` / ``barrier.arrive``.
 
-    ``bar.sync`` is ``barrier.sync.aligned``, whose every participating thread should execute
-    the same barrier instruction; the band's warp and its mover meet at two different ones
-    (the usual producer-consumer use), which compute-sanitizer's synccheck reports as
-    "Divergent thread(s) in block" (``probe-dev.txt``, run 114).  The non-aligned form allows
-    that, but offline ptxas then merges the warps' paths (the movers' kernels 1.4-1.7x longer,
-    run 114); its speed and its synccheck have not been measured, hence a switch.  Kernels
-    built with it skip the on-disk cache (its key does not include the switch)."""
+    ``bar.sync`` is ``barrier.sync.aligned``: the threads that *wait* in one generation of a
+    barrier must all execute the same barrier instruction (others may ``bar.arrive`` from
+    anywhere).  Our warps meet in that form only (:func:`_bar_steps`, :func:`_bar_mover`: one
+    warp waits, the other arrives).  The non-aligned form allows any mix, but offline ptxas
+    then merges the warps' paths (the movers' kernels 1.4-1.7x longer, ``probe-dev.txt``
+    run 114); kept as a switch for comparison.  Kernels built with it skip the on-disk cache
+    (its key does not include the switch)."""
     form = os.environ.get("SDTW_BARRIERS", "aligned")
     if form not in ("aligned", "unaligned"):
         raise ValueError(f"SDTW_BARRIERS={form!r}: expected 'aligned' or 'unaligned'")
@@ -486,15 +486,15 @@ def _barrier_form() -> str:
 BARRIERS = _barrier_form()
 
 
-def _bar_intrinsic(barrier: int, op: str = "sync"):
-    """``bar.sync barrier, 64`` (``op``: or ``bar.arrive``, which does not wait; with
-    ``SDTW_BARRIERS=unaligned`` ``barrier.sync`` / ``barrier.arrive``, see
-    :func:`_barrier_form`): a barrier of two of the block's warps only, ordering their
-    shared-memory accesses like a block barrier (a ``memory`` clobber: no access moves across
-    it).  Barrier 1 pairs the band's steps (warp 0) with its mover (warp 1); barriers 2 and 3
-    the mover with the distance warp (warp 2) of mode ``tiled``: one warp arrives, the other
-    waits (PTX ISA, "bar, barrier": a producer-consumer pair)."""
+def _bar_intrinsic(*ops: tuple[str, int]):
+    """Named-barrier instructions of two of the block's warps (``2 TB`` threads), in order:
+    ``ops`` are (``"sync"`` or ``"arrive"``, barrier) pairs, e.g. ``bar.sync 1, 64`` (or,
+    with ``SDTW_BARRIERS=unaligned``, ``barrier.sync``, see :func:`_barrier_form`).  A
+    ``memory`` clobber: no shared-memory access moves across them.  ``bar.arrive`` does not
+    wait; it orders the arriving warp's earlier accesses before those that the waiting warp
+    makes after its ``bar.sync`` (PTX ISA, "bar, barrier": a producer-consumer pair)."""
     name = "bar" if BARRIERS == "aligned" else "barrier"
+    text = " ".join(f"{name}.{op} {barrier}, {2 * TB};" for op, barrier in ops)
     from llvmlite import ir
     from numba.core import types
     from numba.core.extending import intrinsic
@@ -503,7 +503,7 @@ def _bar_intrinsic(barrier: int, op: str = "sync"):
     def bar_two(typingctx):
         def codegen(context, builder, signature, args):
             fty = ir.FunctionType(ir.VoidType(), [])
-            builder.asm(fty, f"{name}.{op} {barrier}, {2 * TB};", "~{memory}", [], True)
+            builder.asm(fty, text, "~{memory}", [], True)
             return context.get_dummy_value()
 
         return types.void(), codegen
@@ -524,13 +524,24 @@ def _bar_ready_sim():
     _sim_barrier(("ready",), 2 * TB).wait()
 
 
-_bar_pair = _bar_pair_sim if SIMULATED else _bar_intrinsic(1)
+# The band's warp (warp 0) and its mover (warp 1) meet after every group of steps: the steps
+# wait until the mover has staged (barrier 1, ``staged``) and then say that they are done
+# (barrier 4, ``stepped``); the mover says it has staged, then waits for the steps.  Each
+# generation has one waiting warp, so the aligned form is legal although the two warps run
+# different code (one ``bar.sync 1, 64`` in both, as before, is not: compute-sanitizer's
+# synccheck reported "Divergent thread(s) in block", run 114).  Ordered like a barrier of
+# both warps: the steps see the mover's staging, the mover sees the steps done; and neither
+# runs a generation ahead (the mover's next ``staged`` arrival comes after it saw this
+# group's ``stepped``, which the steps give after they waited for this ``staged``).  The
+# simulator pairs them with one barrier (a stronger order).
+_bar_steps = _bar_pair_sim if SIMULATED else _bar_intrinsic(("sync", 1), ("arrive", 4))
+_bar_mover = _bar_pair_sim if SIMULATED else _bar_intrinsic(("arrive", 1), ("sync", 4))
 # Mode tiled's shared tile: the mover says it has read it (free), the distance warp that it
 # has written it (ready); each waits for the other's.
-_free_arrive = _bar_free_sim if SIMULATED else _bar_intrinsic(2, "arrive")
-_free_wait = _bar_free_sim if SIMULATED else _bar_intrinsic(2)
-_ready_arrive = _bar_ready_sim if SIMULATED else _bar_intrinsic(3, "arrive")
-_ready_wait = _bar_ready_sim if SIMULATED else _bar_intrinsic(3)
+_free_arrive = _bar_free_sim if SIMULATED else _bar_intrinsic(("arrive", 2))
+_free_wait = _bar_free_sim if SIMULATED else _bar_intrinsic(("sync", 2))
+_ready_arrive = _bar_ready_sim if SIMULATED else _bar_intrinsic(("arrive", 3))
+_ready_wait = _bar_ready_sim if SIMULATED else _bar_intrinsic(("sync", 3))
 
 
 def _st_if_intrinsic():
@@ -1165,8 +1176,9 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
     blocks of two warps, four blocks on an SM put their step warps on two of its four
     schedulers, two on each, if warps go to schedulers by their slot modulo 4; with three,
     on four.  The H200 measurements agree with that but do not prove it: see
-    :func:`sdtw.cuda._launch.mover`.)  The steps' warp and the mover meet at a barrier of
-    their own (``bar.sync 1, 64``) after every group of ``G`` steps.  In the time of group
+    :func:`sdtw.cuda._launch.mover`.)  The steps' warp and the mover meet after every group
+    of ``G`` steps (:data:`_bar_steps`, :data:`_bar_mover`: two named barriers, one waited
+    for by each warp).  In the time of group
     ``g`` the mover takes *item* ``g``: row group ``q = (g + 3) % 4`` (rows ``8 q .. 8 q +
     7``) of column chunk ``cc = (g + 3) // 4``.  It writes the weights of that row group's
     column chunk ``cc - 2`` out (their last step was in group ``g - 1``), stores the costs of
@@ -1323,7 +1335,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         else:
             cn, rn = cc, r0 + 2 * G
         v = load8(Xb, Xlo, uint32(min(cn * TW + h, M - 1)), Mu, nr1, rn)
-        _bar_pair()
+        _bar_mover()
         return v
 
     @_device
@@ -1607,7 +1619,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
         if store and cc >= 2 and jp < M and r0 <= nr1:
             write8(w0, w1, blk, wup, jp, M, nr1, r0)
         _st8(blk, 0, tget8(T, r0, h, cc < ncol), r0, cc * TW + h, 1)
-        _bar_pair()
+        _bar_mover()
 
     @_kernel
     def forward(X, Y, N, M, D, gamma, lo, hi, P, Rb, out, store):
@@ -1725,7 +1737,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
             _ready_wait()
             for q in range(3):
                 _st8(blk, 0, tget8(T, q * G, h, True), q * G, h, 1)
-            _bar_pair()
+            _bar_mover()
             for c in range(nchunks):
                 titem(w0, w1, blk, wup, T, h, c, 3 * G, M, nr1, ncol, store)
                 if c + 1 < ncol:
@@ -1748,7 +1760,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                 _st8(blk, 0, _join8(hi, lo) if hilo else hi, q * G, h, 1)
             v = load8(Xb, Xlo, jn, Mu, nr1, 3 * G)
             v1 = load8(Xb, Xlo, uint32(min(TW + h, M - 1)), Mu, nr1, 0)
-            _bar_pair()
+            _bar_mover()
             for c in range(nchunks):
                 v = item(w0, w1, blk, wup, Xb, Xlo, h, c, 3 * G, M, Mu, nr1, v, store)
                 v1 = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, 0, M, Mu, nr1, v1, store)
@@ -1797,7 +1809,7 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
             else:
                 a2 = a
         if mover:
-            _bar_pair()  # the mover's first staging
+            _bar_steps()  # the mover's first staging
         for c in range(nchunks):
             j0 = c * TW
             jl = j0 + tid  # the column this thread stages
@@ -1826,19 +1838,19 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
                 _stamp(Rb, t, 1, B * nb)
             st = group(blk, wup, rowb, pb, tid, j0, grp, st, lead, width, pub, scale, xch)
             if mover:
-                _bar_pair()
+                _bar_steps()
             pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has, pubs, own, True, plag)
             st = group(blk, wup, rowb, pb, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
             if mover:
-                _bar_pair()
+                _bar_steps()
             pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has, pubs, own, True, plag)
             st = group(blk, wup, rowb, pb, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
             if mover:
-                _bar_pair()
+                _bar_steps()
             pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has, pubs, own, True, plag)
             st = group(blk, wup, rowb, pb, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
             if mover:
-                _bar_pair()
+                _bar_steps()
                 continue
             if fused:  # (quiet) what this chunk's steps completed, before the distances
                 flush_rest(Rb, pubs, own, j0 + TW, M, True, plag)
@@ -1960,7 +1972,7 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
             cn, qn = cc, q + 2
         jn = uint32(max(M - 1 - (cn * TW + h), 0))
         v = load8w(Pd, Pu, jn, Mu, nr1, 3 * G - qn * G)
-        _bar_pair()
+        _bar_mover()
         return v, c8
 
     @_device
@@ -2093,7 +2105,7 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
                 _st8(blk, PO1, wu, 3 * G - q * G, h + TB - 1, -1)
             v = load8w(Pd, Pu, jn, Mu, nr1, 0)
             v1 = load8w(Pd, Pu, uint32(max(M - 1 - (TW + h), 0)), Mu, nr1, 3 * G)
-            _bar_pair()
+            _bar_mover()
             p01 = 0.0
             c2 = 0.0
             for c in range(nchunks):
@@ -2134,7 +2146,7 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
             jn = uint32(max(M - 1 - tid, 0))
             wd, wu = _ld32(Pd, jn, Mu, nr1), _ld32(Pu, jn, Mu, nr1)
         else:
-            _bar_pair()  # the mover's zeroing and first staging
+            _bar_steps()  # the mover's zeroing and first staging
         for c in range(nchunks):
             s0c = c * TW
             pl = s0c + tid  # the position this thread stages
@@ -2154,25 +2166,25 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
                 _stamp(Gb, t, 1, B * nb)
             st = group(blk, rowb, pb, tid, s0c, grp, st, lag, width, pub, xch)
             if mover:
-                _bar_pair()
+                _bar_steps()
             pref = handoff(
                 Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
             st = group(blk, rowb, pb, tid, s0c + G, grp, st, lag, width, pub, xch)
             if mover:
-                _bar_pair()
+                _bar_steps()
             pref = handoff(
                 Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
             st = group(blk, rowb, pb, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
             if mover:
-                _bar_pair()
+                _bar_steps()
             pref = handoff(
                 Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
             st = group(blk, rowb, pb, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
             if mover:
-                _bar_pair()
+                _bar_steps()
                 continue
             sync_band()
             if c > 0:

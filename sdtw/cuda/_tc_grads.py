@@ -1,0 +1,174 @@
+"""Gradients of a squared-Euclidean soft-DTW wrt x and y from E, on the tensor cores (Triton).
+
+For float32 inputs the eager gradients of :func:`sdtw.cuda._eager_grads` are
+
+.. math::  g_x = 2 (\\mathrm{rows}(E) \\odot x - E y), \\qquad
+           g_y = 2 (\\mathrm{cols}(E) \\odot y - E^\\top x)
+
+with E (B, N, M) the expected alignment (the backward kernel's, in the weights buffer ``P``)
+and its row and column sums from the same kernel.  One Triton kernel per gradient computes
+the product on the TF32 tensor cores with the 3xTF32 split (``tl.dot(...,
+input_precision="tf32x3")``: each operand as a TF32 high part plus a TF32 remainder, three
+products, float32 accumulation; about float32's accuracy) and the ``2 (s a - product)``
+epilogue in registers, one pass over E per gradient and no temporary.  cuBLAS's float32
+matmuls (``torch.baddbmm``, no tensor cores) and two broadcast multiplies took about 85 us of
+a 430 us training step at B = 32, N = M = 512, D = 64 on the H200 (``probe --kernels``,
+README).  ``SDTW_TC_GRADS=0`` turns this off (the cuBLAS form of
+:func:`sdtw._sqeuclidean.sqeuclidean_grads`); without Triton the backend warns once and
+takes that form.
+
+Tiles: ``BR`` = 64 output rows (of x for g_x, of y for g_y) by ``BD`` features (16 .. 64, a
+power of two; more features are more programs) per program, the reduction in steps of
+``BK`` = 32; E is read through its strides (g_y reads it transposed), rows, columns and
+features past the ends are masked.  The grid's fastest axis runs over feature tiles, so the
+programs sharing E's tile run together (an L2 hit for all but the first).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+
+import torch
+
+__all__ = ["available", "sqeuclidean_grads_tc", "wanted"]
+
+BR = 64
+BK = 32
+
+#: Whether float32 CUDA gradients take this path (``SDTW_TC_GRADS``, read once at import).
+ENABLED = os.environ.get("SDTW_TC_GRADS", "1") != "0"
+
+_warned = False
+
+
+@functools.cache
+def _triton():
+    """(triton, triton.language), or None where Triton is not installed."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+    return triton, tl
+
+
+def available() -> bool:
+    """Whether Triton can be imported."""
+    return _triton() is not None
+
+
+def wanted(x: torch.Tensor) -> bool:
+    """Whether the eager gradients of the kernels' inputs ``x`` take this path: CUDA tensors
+    in float32, :data:`ENABLED` and Triton installed (otherwise a one-time warning names
+    the slower cuBLAS path taken instead)."""
+    return _wanted(x.device.type, x.dtype)
+
+
+def _wanted(device_type: str, dtype: torch.dtype) -> bool:
+    global _warned
+    if not ENABLED or device_type != "cuda" or dtype != torch.float32:
+        return False
+    if available():
+        return True
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            "sdtw: Triton is not installed, so the float32 gradients wrt x and y take "
+            "cuBLAS's float32 matmuls (about 60 us more per step at B = 32, N = 512, D = 64 "
+            "on an H200); pip install triton, or set SDTW_TC_GRADS=0 to silence this",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    return False
+
+
+@functools.cache
+def _kernel():
+    triton, tl = _triton()
+
+    @triton.jit
+    def grad_kernel(
+        E,  # E's first element of this gradient's view
+        A,  # (B, R, D) contiguous: the sequence whose gradient this is
+        O,  # (B, K, D) contiguous: the other sequence
+        S,  # (B, R) sums of E over the reduction (stride ss_b per batch, 1 per row)
+        G,  # (B, R, D) contiguous: the gradient, written
+        R,
+        K,
+        D,
+        se_b,
+        se_r,
+        se_k,
+        ss_b,
+        BR: tl.constexpr,
+        BK: tl.constexpr,
+        BD: tl.constexpr,
+    ):
+        pd = tl.program_id(0)
+        pr = tl.program_id(1)
+        b = tl.program_id(2).to(tl.int64)
+        rows = pr * BR + tl.arange(0, BR)
+        feats = pd * BD + tl.arange(0, BD)
+        ks = tl.arange(0, BK)
+        r_ok = rows < R
+        f_ok = feats < D
+        e_ptr = E + b * se_b + rows[:, None].to(tl.int64) * se_r
+        o_ptr = O + b * K * D + feats[None, :]
+        acc = tl.zeros((BR, BD), dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            k = k0 + ks
+            k_ok = k < K
+            e_ok = r_ok[:, None] & k_ok[None, :]
+            e = tl.load(e_ptr + k[None, :].to(tl.int64) * se_k, mask=e_ok, other=0.0)
+            o_ok = k_ok[:, None] & f_ok[None, :]
+            o = tl.load(o_ptr + k[:, None].to(tl.int64) * D, mask=o_ok, other=0.0)
+            acc = tl.dot(e, o, acc, input_precision="tf32x3")
+        at = b * R * D + rows[:, None].to(tl.int64) * D + feats[None, :]
+        ok = r_ok[:, None] & f_ok[None, :]
+        a = tl.load(A + at, mask=ok, other=0.0)
+        s = tl.load(S + b * ss_b + rows, mask=r_ok, other=0.0)
+        tl.store(G + at, 2.0 * (s[:, None] * a - acc), mask=ok)
+
+    return grad_kernel
+
+
+def _feature_tile(D: int) -> int:
+    """Features per program: D rounded up to a power of two, 16 .. 64."""
+    return min(64, max(16, 1 << (D - 1).bit_length()))
+
+
+def _grad(E: torch.Tensor, a: torch.Tensor, o: torch.Tensor, s: torch.Tensor, transpose: bool):
+    """``2 (s a - E o)`` (or ``E^T o`` when ``transpose``) for E (B, N, M) (any strides),
+    a (B, R, D), o (B, K, D) contiguous float32, s (B, R, 1) (any batch stride, row stride
+    1)."""
+    B, R, D = a.shape
+    K = o.shape[1]
+    se_b, se_n, se_m = E.stride()
+    se_r, se_k = (se_m, se_n) if transpose else (se_n, se_m)
+    g = torch.empty_like(a)
+    bd = _feature_tile(D)
+    grid = (-(-D // bd), -(-R // BR), B)
+    _kernel()[grid](
+        E, a, o, s, g, R, K, D, se_b, se_r, se_k, s.stride(0), BR=BR, BK=BK, BD=bd, num_warps=4
+    )
+    return g
+
+
+def sqeuclidean_grads_tc(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    E: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    need_x: bool = True,
+    need_y: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """:func:`sdtw._sqeuclidean.sqeuclidean_grads` for float32 x (B, N, D), y (B, M, D)
+    (contiguous), E (B, N, M) (any strides, e.g. plane 1 of the weights buffer) and its sums
+    ``rows`` (B, N, 1), ``cols`` (B, M, 1) (row stride 1): the products on the tensor cores
+    with the 3xTF32 split (see the module docstring).  None where not needed."""
+    gx = _grad(E, x, y, rows, False) if need_x else None
+    gy = _grad(E, y, x, cols, True) if need_y else None
+    return gx, gy

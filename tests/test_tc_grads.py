@@ -1,0 +1,121 @@
+"""The tensor-core gradient kernel (``sdtw.cuda._tc_grads``, Triton) against float64.
+
+On the CPU it runs in Triton's interpreter (``TRITON_INTERPRET=1``, which ``conftest`` sets
+where there is no GPU), which does the products in float32 without the tensor cores:
+that checks the indexing, strides, masks and the epilogue.  On a GPU the same comparisons
+check the 3xTF32 products themselves, and the fused training step takes this path.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import sdtw
+from sdtw._sqeuclidean import sqeuclidean_grads
+from tests.conftest import TRITON_INTERPRETED, randn, rel_err, requires_gpu
+
+# N != M, length 1, odd, past the 64-row and 32-step tiles; D below, at and past the
+# feature tiles (16 .. 64), one not a power of two
+SHAPES = [
+    (2, 5, 7, 3),
+    (1, 1, 1, 1),
+    (3, 1, 6, 2),
+    (2, 6, 1, 17),
+    (1, 65, 33, 65),
+    (2, 64, 96, 130),
+]
+
+
+def _inputs(rng, B, N, M, D, device):
+    """x, y, and E as the backward leaves it: plane 1 of a (B, 2, N, M) buffer, with its row
+    and column sums as views of one (B, N + M, 1) tensor."""
+    x = randn(rng, B, N, D, dtype=torch.float32, device=device)
+    y = randn(rng, B, M, D, dtype=torch.float32, device=device)
+    P = torch.as_tensor(rng.random((B, 2, N, M)), dtype=torch.float32, device=device)
+    E = P[:, 1]
+    S = torch.cat([E.double().sum(2), E.double().sum(1)], 1).float().unsqueeze(2)
+    rows, cols = S.split((N, M), 1)
+    return x, y, E, rows, cols
+
+
+def _check(rng, shape, device, tol):
+    from sdtw.cuda import _tc_grads
+
+    x, y, E, rows, cols = _inputs(rng, *shape, device)
+    got = _tc_grads.sqeuclidean_grads_tc(x, y, E, rows, cols)
+    want = sqeuclidean_grads(x.double(), y.double(), E.double(), rows.double(), cols.double())
+    for name, a, b in zip(("grad_x", "grad_y"), got, want, strict=True):
+        assert a.shape == b.shape and a.dtype == torch.float32 and a.device == x.device
+        assert rel_err(a, b) <= tol, (name, shape, rel_err(a, b))
+    gx, gy = _tc_grads.sqeuclidean_grads_tc(x, y, E, rows, cols, need_x=False)
+    assert gx is None and torch.equal(gy, got[1])
+    gx, gy = _tc_grads.sqeuclidean_grads_tc(x, y, E, rows, cols, need_y=False)
+    assert gy is None and torch.equal(gx, got[0])
+
+
+@pytest.mark.skipif(not TRITON_INTERPRETED, reason="needs TRITON_INTERPRET=1 (no GPU)")
+@pytest.mark.parametrize("shape", SHAPES)
+def test_interpreted_kernel_matches_float64(rng, shape):
+    pytest.importorskip("triton")
+    _check(rng, shape, "cpu", 1e-6)
+
+
+def test_taken_for_float32_cuda_only(monkeypatch):
+    from sdtw.cuda import _tc_grads
+
+    monkeypatch.setattr(_tc_grads, "available", lambda: True)
+    assert _tc_grads._wanted("cuda", torch.float32)
+    assert not _tc_grads._wanted("cuda", torch.float64)
+    assert not _tc_grads._wanted("cpu", torch.float32)
+    monkeypatch.setattr(_tc_grads, "ENABLED", False)
+    assert not _tc_grads._wanted("cuda", torch.float32)
+
+
+def test_warns_once_without_triton(monkeypatch):
+    from sdtw.cuda import _tc_grads
+
+    monkeypatch.setattr(_tc_grads, "available", lambda: False)
+    monkeypatch.setattr(_tc_grads, "_warned", False)
+    with pytest.warns(RuntimeWarning, match="Triton is not installed"):
+        assert not _tc_grads._wanted("cuda", torch.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not _tc_grads._wanted("cuda", torch.float32)  # once only
+
+
+@pytest.mark.cuda
+@requires_gpu
+@pytest.mark.parametrize("shape", [*SHAPES, (4, 512, 512, 64), (2, 300, 700, 1)])
+def test_gpu_kernel_matches_float64(rng, shape):
+    pytest.importorskip("triton")
+    _check(rng, shape, "cuda", 2e-6)
+
+
+@pytest.mark.cuda
+@requires_gpu
+def test_gpu_fused_step_takes_it(rng, monkeypatch):
+    """A fused float32 training step computes its gradients here, and they agree with the
+    cuBLAS form's to float32 rounding."""
+    pytest.importorskip("triton")
+    from sdtw.cuda import _tc_grads
+
+    calls = []
+    real = _tc_grads.sqeuclidean_grads_tc
+    monkeypatch.setattr(
+        _tc_grads, "sqeuclidean_grads_tc", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    x = randn(rng, 3, 200, 24, dtype=torch.float32, device="cuda").requires_grad_()
+    y = randn(rng, 3, 150, 24, dtype=torch.float32, device="cuda").requires_grad_()
+    go = randn(rng, 3, dtype=torch.float32, device="cuda")
+    v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
+    got = torch.autograd.grad(v, (x, y), go)
+    assert calls
+    monkeypatch.setattr(_tc_grads, "ENABLED", False)
+    v2 = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
+    want = torch.autograd.grad(v2, (x, y), go)
+    assert len(calls) == 1 and torch.equal(v, v2)
+    for a, b in zip(got, want, strict=True):
+        assert rel_err(a, b) <= 2e-6
