@@ -29,6 +29,8 @@ D = 64, N = 512, 1024, 2048 or N), with the sum of its values;
 ``--mover [N]``: whole-step CUDA-graph replays of a fused float32 training step with the mover
 variants off, on in the forward, and on in the forward and the backward, in turn in one
 process (B = 32, D = 64, N = 512 or N);
+``--grads [N]``: the float32 gradients wrt x and y from a random E, on the tensor cores
+(Triton, 3xTF32) and by cuBLAS, their GPU times and errors (B = 32, D = 64, N = 512 or N);
 ``--firstcall``: in this process, the wall time of the first fused training step, the first
 unfused one and the first fused forward without gradients (B = 32, N = M = 512, D = 64), each
 compiling or loading its kernels, then a second fused step, with the kernel cache's hits and
@@ -524,6 +526,33 @@ def kernels(
         )
 
 
+def grads(N: int = 512, B: int = 32, D: int = 64, n: int = 30) -> None:
+    """The float32 gradients wrt x and y from E (:func:`sdtw.cuda._eager_grads`' last step)
+    two ways, on random E laid out as the backward leaves it (plane 1 of the weights
+    buffer): the tensor-core kernel (:mod:`sdtw.cuda._tc_grads`, 3xTF32) and cuBLAS's
+    float32 form (:func:`sdtw._sqeuclidean.sqeuclidean_grads`); median GPU time of ``n``
+    (CUDA events) and each one's relative error against float64."""
+    from sdtw._sqeuclidean import sqeuclidean_grads
+    from sdtw.cuda import _tc_grads
+
+    x = torch.randn(B, N, D, device="cuda")
+    y = torch.randn(B, N, D, device="cuda")
+    P = torch.rand(B, 2, N, N, device="cuda")
+    E = P[:, 1]
+    S = torch.cat([E.sum(2), E.sum(1)], 1).unsqueeze(2)
+    rows, cols = S.split((N, N), 1)
+    ref = sqeuclidean_grads(x.double(), y.double(), E.double(), rows.double(), cols.double())
+    for name, fn in (("tc", _tc_grads.sqeuclidean_grads_tc), ("cublas", sqeuclidean_grads)):
+        ms = median_ms(lambda fn=fn: fn(x, y, E, rows, cols), n)
+        got = fn(x, y, E, rows, cols)
+        errs = [float((a.double() - b).norm() / b.norm()) for a, b in zip(got, ref, strict=True)]
+        print(
+            f"B={B} N={N} D={D} grads {name}: {1e3 * ms:8.1f} us, rel. err. "
+            f"x {errs[0]:.2e} y {errs[1]:.2e}",
+            flush=True,
+        )
+
+
 def mover_ab(N: int = 512, B: int = 32, D: int = 64, reps: int = 60) -> None:
     """Whole-step graphs of a fused float32 training step (the harness's
     :func:`experiments.run._graph_step`) warmed up and captured with the mover variants
@@ -856,6 +885,7 @@ def main() -> None:
         "--kernels": (kernels, True),
         "--graphs": (graphs, True),
         "--mover": (mover_ab, True),
+        "--grads": (grads, True),
         "--nograd": (no_grad_forward, True),
         "--firstcall": (first_call, False),
         "--lag": (lag, False),
