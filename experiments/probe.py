@@ -31,6 +31,9 @@ variants off, on in the forward, and on in the forward and the backward, in turn
 process (B = 32, D = 64, N = 512 or N);
 ``--grads [N]``: the float32 gradients wrt x and y from a random E, on the tensor cores
 (Triton, 3xTF32) and by cuBLAS, their GPU times and errors (B = 32, D = 64, N = 512 or N);
+``--gradtune [N]``: the tensor-core kernel's GPU time under several launch settings and
+precisions, and cuBLAS's float32 and TF32 products; ``--gradsizes``: the kernel's two
+settings against cuBLAS's float32 form over the paper grid's sizes;
 ``--firstcall``: in this process, the wall time of the first fused training step, the first
 unfused one and the first fused forward without gradients (B = 32, N = M = 512, D = 64), each
 compiling or loading its kernels, then a second fused step, with the kernel cache's hits and
@@ -553,6 +556,115 @@ def grads(N: int = 512, B: int = 32, D: int = 64, n: int = 30) -> None:
         )
 
 
+def grad_tune(N: int = 512, B: int = 32, D: int = 64, n: int = 20) -> None:
+    """GPU time (replays of a CUDA graph of one call, CUDA events) of the tensor-core
+    gradient kernel under several launch settings (:data:`sdtw.cuda._tc_grads.CONFIG`) and
+    precisions, against cuBLAS: its float32 form, and its TF32 bmm of E (B, N, M) by a
+    (B, M, 2 D) operand twice (what a split E_hi / E_lo with [hi | lo] features would take
+    per gradient)."""
+    from sdtw._sqeuclidean import sqeuclidean_grads
+    from sdtw.cuda import _tc_grads
+
+    x = torch.randn(B, N, D, device="cuda")
+    y = torch.randn(B, N, D, device="cuda")
+    P = torch.rand(B, 2, N, N, device="cuda")
+    E = P[:, 1]
+    S = torch.cat([E.sum(2), E.sum(1)], 1).unsqueeze(2)
+    rows, cols = S.split((N, N), 1)
+    ref = sqeuclidean_grads(x.double(), y.double(), E.double(), rows.double(), cols.double())
+
+    def replayed_us(fn) -> float:
+        fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return 1e3 * median_ms(g.replay, n)
+
+    def err(got) -> str:
+        e = [float((a.double() - b).norm() / b.norm()) for a, b in zip(got, ref, strict=True)]
+        return f"x {e[0]:.1e} y {e[1]:.1e}"
+
+    base = _tc_grads.CONFIG
+    settings = []
+    for prec in ("tf32x3", "tf32", "ieee"):
+        for br, bk, warps, stages in (
+            (64, 32, 4, 3),
+            (64, 64, 4, 3),
+            (128, 32, 4, 3),
+            (128, 64, 8, 3),
+            (64, 128, 4, 2),
+            (128, 32, 8, 4),
+        ):
+            settings.append(dict(_tc_grads.SMALL, BR=br, BK=bk, PREC=prec, num_warps=warps, num_stages=stages))
+    for cfg in settings:
+        _tc_grads.CONFIG = cfg
+        try:
+            us = replayed_us(lambda: _tc_grads.sqeuclidean_grads_tc(x, y, E, rows, cols))
+            e = err(_tc_grads.sqeuclidean_grads_tc(x, y, E, rows, cols))
+        except Exception as exc:  # (a setting this Triton cannot build: say so, go on)
+            print(f"B={B} N={N} D={D} tc {cfg}: failed {exc!r:.200}", flush=True)
+            continue
+        print(f"B={B} N={N} D={D} tc {cfg}: {us:8.1f} us  {e}", flush=True)
+    _tc_grads.CONFIG = base
+    us = replayed_us(lambda: sqeuclidean_grads(x, y, E, rows, cols))
+    print(f"B={B} N={N} D={D} cublas float32: {us:8.1f} us  "
+          f"{err(sqeuclidean_grads(x, y, E, rows, cols))}", flush=True)  # fmt: skip
+    y2 = torch.randn(B, N, 2 * D, device="cuda")
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        us = replayed_us(lambda: torch.bmm(E, y2).baddbmm_(P[:, 0], y2))
+        ust = replayed_us(lambda: torch.bmm(E.transpose(1, 2), y2).baddbmm_(P[:, 0].mT, y2))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    print(f"B={B} N={N} D={D} cublas tf32, two bmm of 2 D features: {us:8.1f} us (E), "
+          f"{ust:8.1f} us (E^T)", flush=True)  # fmt: skip
+
+
+def _grad_case(B: int, N: int, M: int, D: int):
+    """x, y, E (plane 1 of a random (B, 2, N, M) buffer) and E's row and column sums."""
+    x = torch.randn(B, N, D, device="cuda")
+    y = torch.randn(B, M, D, device="cuda")
+    P = torch.rand(B, 2, N, M, device="cuda")
+    E = P[:, 1]
+    rows, cols = torch.cat([E.sum(2), E.sum(1)], 1).unsqueeze(2).split((N, M), 1)
+    return x, y, E, rows, cols
+
+
+def _replayed_us(fn, n: int = 20) -> float:
+    """Median GPU time of ``fn`` (replays of a CUDA graph of one call)."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return 1e3 * median_ms(g.replay, n)
+
+
+def grad_sizes() -> None:
+    """Both gradients from E by the tensor-core kernel's two settings
+    (:data:`sdtw.cuda._tc_grads.SMALL`, ``LARGE``) and by cuBLAS's float32 form, over the
+    paper grid's sizes and D (GPU time, CUDA-graph replays)."""
+    from sdtw._sqeuclidean import sqeuclidean_grads
+    from sdtw.cuda import _tc_grads
+
+    for B, N, D in [(32, 128, 1), (32, 128, 64), (16, 512, 1), (32, 512, 1), (32, 512, 64),
+                    (16, 1024, 64), (32, 1024, 1), (32, 1024, 64), (32, 2048, 1),
+                    (32, 2048, 64), (32, 256, 1024), (4, 8192, 64)]:  # fmt: skip
+        case = _grad_case(B, N, N, D)
+        times = []
+        for cfg in (_tc_grads.SMALL, _tc_grads.LARGE):
+            _tc_grads.CONFIG = cfg
+            times.append(_replayed_us(lambda c=case: _tc_grads.sqeuclidean_grads_tc(*c)))
+        _tc_grads.CONFIG = None
+        ref = _replayed_us(lambda c=case: sqeuclidean_grads(*c))
+        print(f"B={B} N={N} D={D} grads us: tc small {times[0]:8.1f}  tc large {times[1]:8.1f}"
+              f"  cublas float32 {ref:8.1f}", flush=True)  # fmt: skip
+        del case
+        torch.cuda.empty_cache()
+
+
 def mover_ab(N: int = 512, B: int = 32, D: int = 64, reps: int = 60) -> None:
     """Whole-step graphs of a fused float32 training step (the harness's
     :func:`experiments.run._graph_step`) warmed up and captured with the mover variants
@@ -886,6 +998,8 @@ def main() -> None:
         "--graphs": (graphs, True),
         "--mover": (mover_ab, True),
         "--grads": (grads, True),
+        "--gradtune": (grad_tune, True),
+        "--gradsizes": (grad_sizes, False),
         "--nograd": (no_grad_forward, True),
         "--firstcall": (first_call, False),
         "--lag": (lag, False),
