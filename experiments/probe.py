@@ -596,7 +596,8 @@ def grad_tune(N: int = 512, B: int = 32, D: int = 64, n: int = 20) -> None:
             (64, 128, 4, 2),
             (128, 32, 8, 4),
         ):
-            settings.append(dict(_tc_grads.SMALL, BR=br, BK=bk, PREC=prec, num_warps=warps, num_stages=stages))
+            cfg = dict(_tc_grads.SMALL, BR=br, BK=bk, PREC=prec)
+            settings.append(dict(cfg, num_warps=warps, num_stages=stages))
     for cfg in settings:
         _tc_grads.CONFIG = cfg
         try:
