@@ -67,6 +67,13 @@ def test_taken_for_float32_cuda_only(monkeypatch):
     from sdtw.cuda import _tc_grads
 
     monkeypatch.setattr(_tc_grads, "available", lambda: True)
+    x = torch.empty(2, 512, 64, device="meta")
+    monkeypatch.setattr(_tc_grads, "_wanted", lambda dev, dt: True)
+    assert _tc_grads.wanted(x, 512)
+    assert not _tc_grads.wanted(x, 511)  # N M below MIN_CELLS
+    assert not _tc_grads.wanted(x[:, :, :63], 512)  # D below MIN_D
+    monkeypatch.undo()
+    monkeypatch.setattr(_tc_grads, "available", lambda: True)
     assert _tc_grads._wanted("cuda", torch.float32)
     assert not _tc_grads._wanted("cuda", torch.float64)
     assert not _tc_grads._wanted("cpu", torch.float32)
@@ -107,8 +114,8 @@ def test_gpu_fused_step_takes_it(rng, monkeypatch):
     monkeypatch.setattr(
         _tc_grads, "sqeuclidean_grads_tc", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
-    x = randn(rng, 3, 200, 24, dtype=torch.float32, device="cuda").requires_grad_()
-    y = randn(rng, 3, 150, 24, dtype=torch.float32, device="cuda").requires_grad_()
+    x = randn(rng, 3, 515, 64, dtype=torch.float32, device="cuda").requires_grad_()
+    y = randn(rng, 3, 530, 64, dtype=torch.float32, device="cuda").requires_grad_()
     go = randn(rng, 3, dtype=torch.float32, device="cuda")
     v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
     got = torch.autograd.grad(v, (x, y), go)

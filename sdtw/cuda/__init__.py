@@ -218,7 +218,7 @@ def _eager_grads(
     # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
     # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
     rows, cols = S.split((N, S.shape[1] - N), 1)
-    grads = _tc_grads.sqeuclidean_grads_tc if _tc_grads.wanted(x) else sqeuclidean_grads
+    grads = _tc_grads.sqeuclidean_grads_tc if _tc_grads.wanted(x, y.shape[1]) else sqeuclidean_grads
     return out, grads(x, y, E, rows, cols, need_x, need_y)
 
 

@@ -59,10 +59,13 @@ def available() -> bool:
     return _triton() is not None
 
 
-def wanted(x: torch.Tensor) -> bool:
-    """Whether the eager gradients of the kernels' inputs ``x`` take this path: CUDA tensors
-    in float32, :data:`ENABLED` and Triton installed (otherwise a one-time warning names
-    the slower cuBLAS path taken instead)."""
+def wanted(x: torch.Tensor, M: int) -> bool:
+    """Whether the eager gradients of the kernels' inputs ``x`` (B, N, D) against a y of
+    length ``M`` take this path: CUDA tensors in float32, ``D >= MIN_D`` and
+    ``N M >= MIN_CELLS`` (where it measured faster), :data:`ENABLED` and Triton installed
+    (otherwise a one-time warning names the slower cuBLAS path taken instead)."""
+    if x.shape[2] < MIN_D or x.shape[1] * M < MIN_CELLS:
+        return False
     return _wanted(x.device.type, x.dtype)
 
 
@@ -149,13 +152,32 @@ SMALL = {"BR": 128, "BK": 64, "BD": 64, "PREC": "tf32x3", "num_warps": 8, "num_s
 LARGE = {"BR": 128, "BK": 32, "BD": 64, "PREC": "tf32x3", "num_warps": 4, "num_stages": 3}
 
 
-def _settings(N: int, M: int) -> dict:
-    """:data:`CONFIG` if set, else :data:`SMALL` up to N M = 1024 x 1024 and :data:`LARGE`
-    above (on the H200, both gradients at B = 32, D = 64: N = 512 61.5 against 71.8 us,
-    N = 2048 788.9 against 655.3 us; cuBLAS's float32 form 83.1 and 826.8)."""
+def _settings(B: int, N: int, M: int, D: int) -> dict:
+    """:data:`CONFIG` if set, else :data:`SMALL` up to ``B N M = 2^24`` cells and D = 64,
+    :data:`LARGE` above (H200, both gradients, us, ``probe --gradsizes``, run 117):
+
+    ==================  =====  =====  ===================
+    B, N = M, D         SMALL  LARGE  cuBLAS float32 form
+    ==================  =====  =====  ===================
+    32, 512, 64          60.2   71.5   79.3
+    16, 1024, 64        110.2  128.6  135.8
+    32, 1024, 64        216.7  177.5  222.6
+    32, 2048, 64        796.6  655.5  829.3
+    32, 256, 1024       256.4  208.8  285.0
+    4, 8192, 64        1536.7 1266.2 1578.9
+    ==================  =====  =====  ===================
+    """
     if CONFIG is not None:
         return CONFIG
-    return SMALL if N * M <= 1 << 20 else LARGE
+    return SMALL if B * N * M <= 1 << 24 and D <= 64 else LARGE
+
+
+#: Smallest D and ``N M`` that take the tensor cores (:func:`wanted`): with fewer features,
+#: or at N = M = 128, cuBLAS's float32 form measured faster (run 117, us: B = 32, N = 512,
+#: D = 1 36.8 against 23.6; N = 2048, D = 1 362.0 against 266.8; N = 128, D = 64 24.2
+#: against 20.8).  D between 1 and 64 is not measured; 64 is the smallest D taken.
+MIN_D = 64
+MIN_CELLS = 512 * 512
 
 
 def _grad(E: torch.Tensor, a: torch.Tensor, o: torch.Tensor, s: torch.Tensor, transpose: bool):
@@ -167,7 +189,7 @@ def _grad(E: torch.Tensor, a: torch.Tensor, o: torch.Tensor, s: torch.Tensor, tr
     se_b, se_n, se_m = E.stride()
     se_r, se_k = (se_m, se_n) if transpose else (se_n, se_m)
     g = torch.empty_like(a)
-    c = _settings(*E.shape[1:])
+    c = _settings(B, *E.shape[1:], D)
     bd = min(c["BD"], _feature_tile(D))
     grid = (-(-D // bd), -(-R // c["BR"]), B)
     _kernel()[grid](
