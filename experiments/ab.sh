@@ -15,7 +15,7 @@
 # tree).
 # Extra environment (SDTW_MOVER, SDTW_BACKWARD_MOVER, SDTW_CUDA_GRAPHS=0, ...) applies to both;
 # AB_ENV_A / AB_ENV_B (VAR=VALUE ...) to one side only, so that one tree can be compared with
-# itself under a switch: AB_ENV_B=SDTW_BARRIERS=unaligned bash experiments/ab.sh . 512 2048;
+# itself under a switch: AB_ENV_B=SDTW_TC_GRADS=0 bash experiments/ab.sh . 512 2048;
 # AB_FLAGS adds probe flags (AB_FLAGS=--float64: float64 inputs).
 set -uo pipefail
 old=${1:?usage: ab.sh OLD_TREE N [N ...]}

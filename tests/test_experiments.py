@@ -530,16 +530,47 @@ def test_sass_of_the_park_kernel() -> None:
     assert any(ln.strip().startswith("loop") and "DMMA 8" in ln for ln in res.stdout.splitlines())
 
 
-def test_unaligned_named_barriers_switch(tmp_path: Path) -> None:
-    """``SDTW_BARRIERS=unaligned`` turns the movers' named barriers into PTX's non-aligned
-    ``barrier.sync`` (the default is ``bar.sync``, the ``.aligned`` form; see
-    ``sdtw.cuda._kernels._barrier_form``), here in the backward with its mover."""
-    res = _sass("backward32-mover", "--out", str(tmp_path), SDTW_BARRIERS="unaligned")
+_BARRIER_PTX = """
+import sys
+from experiments import sass
+try:
+    sass._fake_device((9, 0))
+    ptx = {k: sass.ptx_of(k, (9, 0)) for k in sys.argv[1:]}
+except Exception as exc:  # no NVVM / NVRTC here
+    print(f"cannot compile PTX here: {exc!r}"[:300])
+    sys.exit(2)
+for k, text in ptx.items():
+    print(k, *(text.count(s) for s in (
+        "bar.sync 1, 64; bar.arrive 4, 64;", "bar.arrive 1, 64; bar.sync 4, 64;",
+        "bar.sync 1,", "bar.sync 4,", "bar.arrive 1,", "bar.arrive 4,")))
+"""
+
+
+def test_movers_meet_at_one_way_named_barriers() -> None:
+    """A band's warp and its mover meet as two one-way named barriers (the steps wait at 1
+    and arrive at 4, the mover arrives at 1 and waits at 4: one waiting warp per barrier,
+    which PTX's aligned ``bar.sync`` requires; compute-sanitizer's synccheck flagged one
+    ``bar.sync 1`` waited at by both warps, run 114): no other instruction on barriers 1
+    and 4, as many meetings on each side.  The PTX of the training step's DP kernels for
+    sm_90, compiled without a GPU (skips without NVVM)."""
+    kernels = ("forward-hilo-mover", "backward32-mover")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    res = subprocess.run(
+        [sys.executable, "-c", _BARRIER_PTX, *kernels],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if res.returncode == 2:
         pytest.skip(res.stdout.strip()[:300])
     assert res.returncode == 0, res.stderr[-2000:]
-    ptx = (tmp_path / "backward32-mover.ptx").read_text()
-    assert "barrier.sync 1, 64;" in ptx and "bar.sync 1, 64;" not in ptx
+    counts = {ln.split()[0]: [int(n) for n in ln.split()[1:]] for ln in res.stdout.splitlines()}
+    assert set(counts) == set(kernels)
+    for name, (steps, mover, sync1, sync4, arrive1, arrive4) in counts.items():
+        assert steps > 0 and steps == mover, (name, counts[name])
+        assert sync1 == arrive4 == steps and sync4 == arrive1 == mover, (name, counts[name])
 
 
 def test_kernel_variants_compile_for_sm90() -> None:

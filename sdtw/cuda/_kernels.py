@@ -465,36 +465,19 @@ def _ld_relaxed_sim(arr, idx):
 _ld_relaxed = _ld_relaxed_sim if SIMULATED else _ld_relaxed_intrinsic()
 
 
-def _barrier_form() -> str:
-    """The PTX form of the named barriers, from ``SDTW_BARRIERS`` (read once, at import):
-    ``aligned`` (the default) ``bar.sync`` / ``bar.arrive``, or ``unaligned``
-    ``barrier.sync`` / ``barrier.arrive``.
-
-    ``bar.sync`` is ``barrier.sync.aligned``: the threads that *wait* in one generation of a
-    barrier must all execute the same barrier instruction (others may ``bar.arrive`` from
-    anywhere).  Our warps meet in that form only (:func:`_bar_steps`, :func:`_bar_mover`: one
-    warp waits, the other arrives).  The non-aligned form allows any mix, but offline ptxas
-    then merges the warps' paths (the movers' kernels 1.4-1.7x longer, ``probe-dev.txt``
-    run 114); kept as a switch for comparison.  Kernels built with it skip the on-disk cache
-    (its key does not include the switch)."""
-    form = os.environ.get("SDTW_BARRIERS", "aligned")
-    if form not in ("aligned", "unaligned"):
-        raise ValueError(f"SDTW_BARRIERS={form!r}: expected 'aligned' or 'unaligned'")
-    return form
-
-
-BARRIERS = _barrier_form()
-
-
 def _bar_intrinsic(*ops: tuple[str, int]):
     """Named-barrier instructions of two of the block's warps (``2 TB`` threads), in order:
-    ``ops`` are (``"sync"`` or ``"arrive"``, barrier) pairs, e.g. ``bar.sync 1, 64`` (or,
-    with ``SDTW_BARRIERS=unaligned``, ``barrier.sync``, see :func:`_barrier_form`).  A
+    ``ops`` are (``"sync"`` or ``"arrive"``, barrier) pairs, e.g. ``bar.sync 1, 64``.  A
     ``memory`` clobber: no shared-memory access moves across them.  ``bar.arrive`` does not
     wait; it orders the arriving warp's earlier accesses before those that the waiting warp
-    makes after its ``bar.sync`` (PTX ISA, "bar, barrier": a producer-consumer pair)."""
-    name = "bar" if BARRIERS == "aligned" else "barrier"
-    text = " ".join(f"{name}.{op} {barrier}, {2 * TB};" for op, barrier in ops)
+    makes after its ``bar.sync`` (PTX ISA, "bar, barrier": a producer-consumer pair).
+
+    ``bar.sync`` is ``barrier.sync.aligned``: the threads that *wait* in one generation of a
+    barrier must all execute the same barrier instruction (others may arrive from anywhere).
+    Our warps meet in that form only (one warp waits, the other arrives).  The non-aligned
+    ``barrier.sync`` would allow any mix, but offline ptxas then merges the warps' paths (the
+    movers' kernels 1.4-1.7x longer, ``probe-dev.txt`` run 114)."""
+    text = " ".join(f"bar.{op} {barrier}, {2 * TB};" for op, barrier in ops)
     from llvmlite import ir
     from numba.core import types
     from numba.core.extending import intrinsic
@@ -2603,15 +2586,9 @@ COST_PARK = {f: _build_park(f, cost=True) for f in (False, True)}
 #: environment turns it off).  Compiling one of the DP kernels (Numba's typing and lowering,
 #: then NVVM) takes several seconds (the fused forward without gradients ~8 s on the H200
 #: machine, ``probe-dev.txt`` run 92), and a training step uses three: every new process paid
-#: that before its first step.  Not under the simulator, and not with ``SDTW_TIMING=1`` or
-#: ``SDTW_BARRIERS=unaligned`` (their kernels differ from the regular ones by a module-level
-#: switch).
-DISK_CACHE = (
-    not SIMULATED
-    and not TIMING
-    and BARRIERS == "aligned"
-    and os.environ.get("SDTW_KERNEL_CACHE", "1") != "0"
-)
+#: that before its first step.  Not under the simulator, and not with ``SDTW_TIMING=1`` (its
+#: kernels differ from the regular ones by a module-level switch).
+DISK_CACHE = not SIMULATED and not TIMING and os.environ.get("SDTW_KERNEL_CACHE", "1") != "0"
 
 
 def _source_digest() -> str:
