@@ -12,7 +12,7 @@
 # SDTW_T_SWEEPS in all); a step cut short says so in its log.  SDTW_SKIP_TESTS=1 runs only the
 # sweeps; SDTW_SKIP_CHECKS=1 skips the sanitizer and the probes (tests, then sweeps);
 # SDTW_SKIP_SYNCCHECK=1 leaves out synccheck alone (one process per sanitize_case case, 18 of
-# them: its time on the H200 not yet measured); extra
+# them, ~10 s each on the H200, run 115; racecheck runs one process per case too); extra
 # run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused", adding
 # "--impl sdtw-fused-graph --impl sdtw-unfused-graph" for the CUDA-graph rows of targets and
 # paper-grid: without it the sweeps also time every baseline, far more than one call).  On the H200 the
@@ -59,13 +59,18 @@ if [ "${SDTW_SKIP_TESTS:-0}" != 1 ] && [ "${SDTW_SKIP_CHECKS:-0}" != 1 ]; then
     : > "$out/sanitizer.log"
     limited "${SDTW_T_SANITIZER:-180}" "$out/sanitizer.log" compute-sanitizer --tool memcheck \
         --report-api-errors no python3 -m experiments.sanitize_case
-    limited "${SDTW_T_SANITIZER:-180}" "$out/sanitizer.log" compute-sanitizer --tool racecheck \
-        python3 -m experiments.sanitize_case
-    # synccheck ends the process at the first kernel it flags: one process per case
+    ncases=$(python3 -m experiments.sanitize_case --list | wc -l)
+    # racecheck took ~10 s per case on the H200 (run 118: 10 cases in 100 s): one process per
+    # case, so that a time limit cuts one case, not the rest; synccheck ends the process at
+    # the first kernel it flags: one process per case as well
+    for k in $(seq 0 $((ncases - 1))); do
+        echo "== racecheck sanitize_case --case $k" >> "$out/sanitizer.log"
+        limited "${SDTW_T_SANITIZER:-180}" "$out/sanitizer.log" compute-sanitizer \
+            --tool racecheck python3 -m experiments.sanitize_case --case "$k"
+    done
     if [ "${SDTW_SKIP_SYNCCHECK:-0}" != 1 ]; then
-        ncases=$(python3 -m experiments.sanitize_case --list | wc -l)
         for k in $(seq 0 $((ncases - 1))); do
-            echo "== sanitize_case --case $k" >> "$out/sanitizer.log"
+            echo "== synccheck sanitize_case --case $k" >> "$out/sanitizer.log"
             limited "${SDTW_T_SANITIZER:-180}" "$out/sanitizer.log" compute-sanitizer \
                 --tool synccheck --print-limit 4 python3 -m experiments.sanitize_case --case "$k"
         done

@@ -211,7 +211,11 @@ def _eager_grads(
     backward's Python (on an H200 at B = 32, N = 512 the GPU sat idle ~0.3 ms there), and
     frees the weights (8 N M bytes per pair) before the forward returns.  The price: a
     forward with gradients enabled whose backward never runs has still paid for it (evaluate
-    under ``torch.no_grad()``)."""
+    under ``torch.no_grad()``).
+
+    The gradients from E: float32 with ``D >= 64`` and ``N M >= 512^2``, one Triton kernel
+    each on the tensor cores (3xTF32, :mod:`sdtw.cuda._tc_grads`); otherwise cuBLAS
+    (:func:`sdtw._sqeuclidean.sqeuclidean_grads`)."""
     _launch = _launcher_module()
     N = x.shape[1]
     out, E, S = _launch.forward_backward(a, b, gamma, lo, hi)  # E: batch stride 2 N M

@@ -10,18 +10,24 @@ and its row and column sums from the same kernel.  One Triton kernel per gradien
 the product on the TF32 tensor cores with the 3xTF32 split (``tl.dot(...,
 input_precision="tf32x3")``: each operand as a TF32 high part plus a TF32 remainder, three
 products, float32 accumulation; about float32's accuracy) and the ``2 (s a - product)``
-epilogue in registers, one pass over E per gradient and no temporary.  cuBLAS's float32
-matmuls (``torch.baddbmm``, no tensor cores) and two broadcast multiplies took about 85 us of
-a 430 us training step at B = 32, N = M = 512, D = 64 on the H200 (``probe --kernels``,
-README).  ``SDTW_TC_GRADS=0`` turns this off (the cuBLAS form of
-:func:`sdtw._sqeuclidean.sqeuclidean_grads`); without Triton the backend warns once and
-takes that form.
+epilogue in registers, one pass over E per gradient and no temporary.
 
-Tiles: ``BR`` = 64 output rows (of x for g_x, of y for g_y) by ``BD`` features (16 .. 64, a
-power of two; more features are more programs) per program, the reduction in steps of
-``BK`` = 32; E is read through its strides (g_y reads it transposed), rows, columns and
-features past the ends are masked.  The grid's fastest axis runs over feature tiles, so the
-programs sharing E's tile run together (an L2 hit for all but the first).
+On the H200 (``python -m experiments.probe --gradsizes``, run 117 of ``probe-dev.txt``, both
+gradients from a random E, GPU time) it takes 60 us against 79 for cuBLAS's float32 form
+(:func:`sdtw._sqeuclidean.sqeuclidean_grads`: ``torch.baddbmm`` without tensor cores, and a
+broadcast multiply) at B = 32, N = M = 512, D = 64, and 656 against 829 at N = 2048; errors
+against float64 3.6e-8 and 4.1e-8.  With D = 1, or at N = M = 128, cuBLAS measured faster,
+so :func:`wanted` takes this kernel only where ``D >= MIN_D`` and ``N M >= MIN_CELLS``.
+``SDTW_TC_GRADS=0`` turns it off everywhere; without Triton the backend warns once and takes
+cuBLAS's form.
+
+Tiles (:func:`_settings`): ``BR`` = 128 output rows (of x for g_x, of y for g_y) by ``BD``
+features (16 .. 64, a power of two; more features are more programs) per program, the
+reduction in steps of ``BK`` (64 with 8 warps up to ``B N M = 2^24`` cells, 32 with 4 warps
+above); E is read through its strides (g_y reads it transposed); rows, columns and features
+past the ends are masked.  The grid's fastest axis runs over feature tiles, so the programs
+sharing E's tile run together.  The kernel is not bound by its products (TF32 and IEEE
+float32 products took about as long, run 116).
 """
 
 from __future__ import annotations
@@ -33,9 +39,6 @@ import warnings
 import torch
 
 __all__ = ["available", "sqeuclidean_grads_tc", "wanted"]
-
-BR = 64
-BK = 32
 
 #: Whether float32 CUDA gradients take this path (``SDTW_TC_GRADS``, read once at import).
 ENABLED = os.environ.get("SDTW_TC_GRADS", "1") != "0"
@@ -147,7 +150,8 @@ def _feature_tile(D: int) -> int:
 #: program, the largest feature tile, the products' precision (``tl.dot``'s
 #: ``input_precision``), warps and pipeline stages.
 CONFIG: dict | None = None
-#: (the two settings :func:`_settings` picks from; ``probe --gradtune``, run 116)
+#: (the two settings :func:`_settings` picks from: the best of six at N = 512 and at
+#: N = 2048, ``probe --gradtune``, run 116)
 SMALL = {"BR": 128, "BK": 64, "BD": 64, "PREC": "tf32x3", "num_warps": 8, "num_stages": 3}
 LARGE = {"BR": 128, "BK": 32, "BD": 64, "PREC": "tf32x3", "num_warps": 4, "num_stages": 3}
 
