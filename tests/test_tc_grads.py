@@ -72,6 +72,8 @@ def test_taken_for_float32_cuda_only(monkeypatch):
     assert _tc_grads.wanted(x, 512)
     assert not _tc_grads.wanted(x, 511)  # N M below MIN_CELLS
     assert not _tc_grads.wanted(x[:, :, :63], 512)  # D below MIN_D
+    tall = torch.empty(_tc_grads.MAX_B + 1, 512, 64, device="meta")
+    assert not _tc_grads.wanted(tall, 512)  # more pairs than the grid takes
     monkeypatch.undo()
     monkeypatch.setattr(_tc_grads, "available", lambda: True)
     assert _tc_grads._wanted("cuda", torch.float32)

@@ -65,9 +65,10 @@ def available() -> bool:
 def wanted(x: torch.Tensor, M: int) -> bool:
     """Whether the eager gradients of the kernels' inputs ``x`` (B, N, D) against a y of
     length ``M`` take this path: CUDA tensors in float32, ``D >= MIN_D`` and
-    ``N M >= MIN_CELLS`` (where it measured faster), :data:`ENABLED` and Triton installed
-    (otherwise a one-time warning names the slower cuBLAS path taken instead)."""
-    if x.shape[2] < MIN_D or x.shape[1] * M < MIN_CELLS:
+    ``N M >= MIN_CELLS`` (where it measured faster), ``B <= MAX_B``, :data:`ENABLED` and
+    Triton installed (otherwise a one-time warning names the slower cuBLAS path taken
+    instead)."""
+    if x.shape[2] < MIN_D or x.shape[1] * M < MIN_CELLS or x.shape[0] > MAX_B:
         return False
     return _wanted(x.device.type, x.dtype)
 
@@ -182,6 +183,8 @@ def _settings(B: int, N: int, M: int, D: int) -> dict:
 #: against 20.8).  D between 1 and 64 is not measured; 64 is the smallest D taken.
 MIN_D = 64
 MIN_CELLS = 512 * 512
+#: Most pairs of one launch (the grid's third axis; more take cuBLAS).
+MAX_B = 65535
 
 
 def _grad(E: torch.Tensor, a: torch.Tensor, o: torch.Tensor, s: torch.Tensor, transpose: bool):
