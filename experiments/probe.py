@@ -29,11 +29,10 @@ D = 64, N = 512, 1024, 2048 or N), with the sum of its values;
 ``--mover [N]``: whole-step CUDA-graph replays of a fused float32 training step with the mover
 variants off, on in the forward, and on in the forward and the backward, in turn in one
 process (B = 32, D = 64, N = 512 or N);
-``--grads [N]``: the float32 gradients wrt x and y from a random E, on the tensor cores
-(Triton, 3xTF32) and by cuBLAS, their GPU times and errors (B = 32, D = 64, N = 512 or N);
-``--gradtune [N]``: the tensor-core kernel's GPU time under several launch settings and
-precisions, and cuBLAS's float32 and TF32 products; ``--gradsizes``: the kernel's two
-settings against cuBLAS's float32 form over the paper grid's sizes;
+``--gradtune [N]``: the float32 gradients wrt x and y from a random E by the tensor-core
+kernel (Triton) under several launch settings and precisions, and by cuBLAS's float32 and
+TF32 products (GPU time and errors; B = 32, D = 64, N = 512 or N); ``--gradsizes``: the
+kernel's two settings against cuBLAS's float32 form over the paper grid's sizes;
 ``--firstcall``: in this process, the wall time of the first fused training step, the first
 unfused one and the first fused forward without gradients (B = 32, N = M = 512, D = 64), each
 compiling or loading its kernels, then a second fused step, with the kernel cache's hits and
@@ -529,31 +528,24 @@ def kernels(
         )
 
 
-def grads(N: int = 512, B: int = 32, D: int = 64, n: int = 30) -> None:
-    """The float32 gradients wrt x and y from E (:func:`sdtw.cuda._eager_grads`' last step)
-    two ways, on random E laid out as the backward leaves it (plane 1 of the weights
-    buffer): the tensor-core kernel (:mod:`sdtw.cuda._tc_grads`, 3xTF32) and cuBLAS's
-    float32 form (:func:`sdtw._sqeuclidean.sqeuclidean_grads`); median GPU time of ``n``
-    (CUDA events) and each one's relative error against float64."""
-    from sdtw._sqeuclidean import sqeuclidean_grads
-    from sdtw.cuda import _tc_grads
-
+def _grad_case(B: int, N: int, M: int, D: int):
+    """x, y, E (plane 1 of a random (B, 2, N, M) buffer) and E's row and column sums."""
     x = torch.randn(B, N, D, device="cuda")
-    y = torch.randn(B, N, D, device="cuda")
-    P = torch.rand(B, 2, N, N, device="cuda")
+    y = torch.randn(B, M, D, device="cuda")
+    P = torch.rand(B, 2, N, M, device="cuda")
     E = P[:, 1]
-    S = torch.cat([E.sum(2), E.sum(1)], 1).unsqueeze(2)
-    rows, cols = S.split((N, N), 1)
-    ref = sqeuclidean_grads(x.double(), y.double(), E.double(), rows.double(), cols.double())
-    for name, fn in (("tc", _tc_grads.sqeuclidean_grads_tc), ("cublas", sqeuclidean_grads)):
-        ms = median_ms(lambda fn=fn: fn(x, y, E, rows, cols), n)
-        got = fn(x, y, E, rows, cols)
-        errs = [float((a.double() - b).norm() / b.norm()) for a, b in zip(got, ref, strict=True)]
-        print(
-            f"B={B} N={N} D={D} grads {name}: {1e3 * ms:8.1f} us, rel. err. "
-            f"x {errs[0]:.2e} y {errs[1]:.2e}",
-            flush=True,
-        )
+    rows, cols = torch.cat([E.sum(2), E.sum(1)], 1).unsqueeze(2).split((N, M), 1)
+    return x, y, E, rows, cols
+
+
+def _replayed_us(fn, n: int = 20) -> float:
+    """Median GPU time of ``fn`` (replays of a CUDA graph of one call)."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return 1e3 * median_ms(g.replay, n)
 
 
 def grad_tune(N: int = 512, B: int = 32, D: int = 64, n: int = 20) -> None:
@@ -565,21 +557,12 @@ def grad_tune(N: int = 512, B: int = 32, D: int = 64, n: int = 20) -> None:
     from sdtw._sqeuclidean import sqeuclidean_grads
     from sdtw.cuda import _tc_grads
 
-    x = torch.randn(B, N, D, device="cuda")
-    y = torch.randn(B, N, D, device="cuda")
-    P = torch.rand(B, 2, N, N, device="cuda")
-    E = P[:, 1]
-    S = torch.cat([E.sum(2), E.sum(1)], 1).unsqueeze(2)
-    rows, cols = S.split((N, N), 1)
+    x, y, E, rows, cols = _grad_case(B, N, N, D)
+    E_lo = torch.rand_like(E)  # (the split's second plane)
     ref = sqeuclidean_grads(x.double(), y.double(), E.double(), rows.double(), cols.double())
 
     def replayed_us(fn) -> float:
-        fn()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        return 1e3 * median_ms(g.replay, n)
+        return _replayed_us(fn, n)
 
     def err(got) -> str:
         e = [float((a.double() - b).norm() / b.norm()) for a, b in zip(got, ref, strict=True)]
@@ -615,32 +598,12 @@ def grad_tune(N: int = 512, B: int = 32, D: int = 64, n: int = 20) -> None:
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        us = replayed_us(lambda: torch.bmm(E, y2).baddbmm_(P[:, 0], y2))
-        ust = replayed_us(lambda: torch.bmm(E.transpose(1, 2), y2).baddbmm_(P[:, 0].mT, y2))
+        us = replayed_us(lambda: torch.bmm(E, y2).baddbmm_(E_lo, y2))
+        ust = replayed_us(lambda: torch.bmm(E.mT, y2).baddbmm_(E_lo.mT, y2))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
     print(f"B={B} N={N} D={D} cublas tf32, two bmm of 2 D features: {us:8.1f} us (E), "
           f"{ust:8.1f} us (E^T)", flush=True)  # fmt: skip
-
-
-def _grad_case(B: int, N: int, M: int, D: int):
-    """x, y, E (plane 1 of a random (B, 2, N, M) buffer) and E's row and column sums."""
-    x = torch.randn(B, N, D, device="cuda")
-    y = torch.randn(B, M, D, device="cuda")
-    P = torch.rand(B, 2, N, M, device="cuda")
-    E = P[:, 1]
-    rows, cols = torch.cat([E.sum(2), E.sum(1)], 1).unsqueeze(2).split((N, M), 1)
-    return x, y, E, rows, cols
-
-
-def _replayed_us(fn, n: int = 20) -> float:
-    """Median GPU time of ``fn`` (replays of a CUDA graph of one call)."""
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return 1e3 * median_ms(g.replay, n)
 
 
 def grad_sizes() -> None:
@@ -998,7 +961,6 @@ def main() -> None:
         "--kernels": (kernels, True),
         "--graphs": (graphs, True),
         "--mover": (mover_ab, True),
-        "--grads": (grads, True),
         "--gradtune": (grad_tune, True),
         "--gradsizes": (grad_sizes, False),
         "--nograd": (no_grad_forward, True),
