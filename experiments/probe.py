@@ -561,9 +561,6 @@ def grad_tune(N: int = 512, B: int = 32, D: int = 64, n: int = 20) -> None:
     E_lo = torch.rand_like(E)  # (the split's second plane)
     ref = sqeuclidean_grads(x.double(), y.double(), E.double(), rows.double(), cols.double())
 
-    def replayed_us(fn) -> float:
-        return _replayed_us(fn, n)
-
     def err(got) -> str:
         e = [float((a.double() - b).norm() / b.norm()) for a, b in zip(got, ref, strict=True)]
         return f"x {e[0]:.1e} y {e[1]:.1e}"
@@ -584,22 +581,22 @@ def grad_tune(N: int = 512, B: int = 32, D: int = 64, n: int = 20) -> None:
     for cfg in settings:
         _tc_grads.CONFIG = cfg
         try:
-            us = replayed_us(lambda: _tc_grads.sqeuclidean_grads_tc(x, y, E, rows, cols))
+            us = _replayed_us(lambda: _tc_grads.sqeuclidean_grads_tc(x, y, E, rows, cols), n)
             e = err(_tc_grads.sqeuclidean_grads_tc(x, y, E, rows, cols))
         except Exception as exc:  # (a setting this Triton cannot build: say so, go on)
             print(f"B={B} N={N} D={D} tc {cfg}: failed {exc!r:.200}", flush=True)
             continue
         print(f"B={B} N={N} D={D} tc {cfg}: {us:8.1f} us  {e}", flush=True)
     _tc_grads.CONFIG = base
-    us = replayed_us(lambda: sqeuclidean_grads(x, y, E, rows, cols))
+    us = _replayed_us(lambda: sqeuclidean_grads(x, y, E, rows, cols), n)
     print(f"B={B} N={N} D={D} cublas float32: {us:8.1f} us  "
           f"{err(sqeuclidean_grads(x, y, E, rows, cols))}", flush=True)  # fmt: skip
     y2 = torch.randn(B, N, 2 * D, device="cuda")
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        us = replayed_us(lambda: torch.bmm(E, y2).baddbmm_(E_lo, y2))
-        ust = replayed_us(lambda: torch.bmm(E.mT, y2).baddbmm_(E_lo.mT, y2))
+        us = _replayed_us(lambda: torch.bmm(E, y2).baddbmm_(E_lo, y2), n)
+        ust = _replayed_us(lambda: torch.bmm(E.mT, y2).baddbmm_(E_lo.mT, y2), n)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
     print(f"B={B} N={N} D={D} cublas tf32, two bmm of 2 D features: {us:8.1f} us (E), "
