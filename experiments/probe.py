@@ -26,6 +26,8 @@ file per case in OUTDIR;
 N = 512, 1024, 2048 or N);
 ``--nograd [N] [--float64]``: the forward without gradients, fused and unfused (B = 32,
 D = 64, N = 512, 1024, 2048 or N), with the sum of its values;
+``--sweepab [N]``: the float32 gradients from the backward's sweep against those from E,
+alternated in one process (graph replays, eager steps, kernel times, errors, peak memory);
 ``--mover [N]``: whole-step CUDA-graph replays of a fused float32 training step with the mover
 variants off, on in the forward, and on in the forward and the backward, in turn in one
 process (B = 32, D = 64, N = 512 or N);
@@ -664,6 +666,102 @@ def mover_ab(N: int = 512, B: int = 32, D: int = 64, reps: int = 60) -> None:
         )
 
 
+def sweep_ab(N: int | None = None, B: int = 32, reps: int = 40) -> None:
+    """The float32 gradients wrt x and y from the backward's sweep (its gradient warp, E never
+    written) against those from E (the Triton or cuBLAS kernels after the backward), in one
+    process (``sdtw.cuda._launch.FORCE_SWEEP_GRADS`` True / False): for B = 32, D in 64 and
+    1, N = M in 512, 1024, 2048 (or N), fused and unfused, whole-step CUDA-graph replays and
+    eager synchronised steps (the library's graphs off: the kernels' launches included),
+    alternated ``reps`` times (the first 5 of each dropped); then each kernel's GPU time in a
+    step (torch.profiler) and the gradients' errors against float64 (B = 4, N = 512, D = 64,
+    gamma 1 .. 1e-3)."""
+    import sdtw.cuda
+    from experiments.impls import FORWARD_BACKWARD, IMPLS
+    from experiments.run import _graph_step
+    from sdtw.cuda import _launch
+
+    sdtw.cuda.set_graphs(False)
+    sizes = (N,) if N is not None else (512, 1024, 2048)
+    for D in (64, 1):
+        for n in sizes:
+            x = torch.randn(B, n, D, device="cuda")
+            y = torch.randn(B, n, D, device="cuda")
+            for fused in (True, False):
+                impl = IMPLS["sdtw-fused-graph" if fused else "sdtw-unfused-graph"]
+                graphs, eager = {}, {}
+                for sweep in (True, False):
+                    _launch.FORCE_SWEEP_GRADS = sweep
+                    graphs[sweep] = _graph_step(impl, x, y, 1.0, FORWARD_BACKWARD)
+                    graphs[sweep]()  # warm-up
+                    graphs[sweep]()  # capture (and a replay)
+                    xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+
+                    def step(xs=xs, ys=ys, fused=fused, sweep=sweep):
+                        _launch.FORCE_SWEEP_GRADS = sweep
+                        sdtw.softdtw(
+                            xs, ys, gamma=1.0, backend="cuda", fused=fused
+                        ).sum().backward()
+                        xs.grad = ys.grad = None
+
+                    step()
+                    eager[sweep] = step
+                times = {(k, s): [] for k in ("graph", "eager") for s in (True, False)}
+                for rep in range(reps):
+                    for sweep in (True, False):
+                        g = _time_ms(graphs[sweep], "cuda")
+                        e = _time_ms(eager[sweep], "cuda")
+                        if rep >= 5:
+                            times["graph", sweep].append(g * 1e3)
+                            times["eager", sweep].append(e * 1e3)
+                _launch.FORCE_SWEEP_GRADS = None
+                med = {k: statistics.median(v) for k, v in times.items()}
+                print(
+                    f"B={B} N={n} D={D} fused={fused}: whole-step graph sweep "
+                    f"{med['graph', True]:.1f} / from E {med['graph', False]:.1f} us; eager "
+                    f"sweep {med['eager', True]:.1f} / from E {med['eager', False]:.1f} us",
+                    flush=True,
+                )
+    for n in sizes:
+        for sweep in (True, False):
+            _launch.FORCE_SWEEP_GRADS = sweep
+            print(f"-- kernels, gradients {'in the sweep' if sweep else 'from E'}", flush=True)
+            kernels(N=n, B=B)
+    _launch.FORCE_SWEEP_GRADS = None
+    x = torch.randn(4, 512, 64, device="cuda")
+    y = torch.randn(4, 512, 64, device="cuda")
+    for gamma in (1.0, 0.1, 0.01, 0.001):
+        xr, yr = (t.cpu().double().requires_grad_() for t in (x, y))
+        ref = torch.autograd.grad(sdtw.softdtw(xr, yr, gamma=gamma, backend="cpu").sum(), (xr, yr))
+        errs = []
+        for sweep in (True, False):
+            _launch.FORCE_SWEEP_GRADS = sweep
+            xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+            v = sdtw.softdtw(xs, ys, gamma=gamma, backend="cuda", fused=True)
+            got = torch.autograd.grad(v.sum(), (xs, ys))
+            errs.append(
+                " ".join(
+                    f"{float((a.double().cpu() - b).norm() / b.norm()):.2e}"
+                    for a, b in zip(got, ref, strict=True)
+                )
+            )
+        _launch.FORCE_SWEEP_GRADS = None
+        print(f"gamma={gamma}: errors gx gy, sweep {errs[0]}, from E {errs[1]}", flush=True)
+    B2, n2, D2 = 32, 2048, 64
+    x = torch.randn(B2, n2, D2, device="cuda", requires_grad=True)
+    y = torch.randn(B2, n2, D2, device="cuda", requires_grad=True)
+    for sweep in (True, False):
+        _launch.FORCE_SWEEP_GRADS = sweep
+        sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=True).sum().backward()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        sdtw.softdtw(x, y, gamma=1.0, backend="cuda", fused=True).sum().backward()
+        torch.cuda.synchronize()
+        peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+        print(f"B={B2} N={n2} D={D2} fused step peak, sweep={sweep}: {peak:.1f} MiB", flush=True)
+    _launch.FORCE_SWEEP_GRADS = None
+
+
 def trace(out: str, B: int = 32, D: int = 64, steps: int = 4) -> None:
     """Chrome traces (``chrome://tracing`` / Perfetto) of ``steps`` training steps per case,
     host (both threads: the autograd engine runs the backward on its own) and GPU: where the
@@ -958,6 +1056,7 @@ def main() -> None:
         "--kernels": (kernels, True),
         "--graphs": (graphs, True),
         "--mover": (mover_ab, True),
+        "--sweepab": (sweep_ab, True),
         "--gradtune": (grad_tune, True),
         "--gradsizes": (grad_sizes, False),
         "--nograd": (no_grad_forward, True),

@@ -53,8 +53,12 @@ def _forward_sig(f32: bool, fused: bool = False, tiled: bool = False) -> str:
 
 
 def _backward_sig(f32: bool) -> str:
+    """Argument types of a DP backward kernel (the in-sweep gradients' x, y, D, g_x, g_y last:
+    float32 placeholders in the other variants)."""
     f = "f4" if f32 else "f8"
-    return f"{f}[::1], i8, i8, {f}[::1], i8[::1], {f}[:, ::1]"
+    return (
+        f"{f}[::1], i8, i8, {f}[::1], i8[::1], {f}[:, ::1], f4[::1], f4[::1], i8, f4[::1], f4[::1]"
+    )
 
 
 def _park_sig(f32: bool) -> str:
@@ -77,6 +81,7 @@ KERNELS = {
     "forward-cost64": ("FORWARD", _forward_sig(False), None),
     "backward32": ("BACKWARD", _backward_sig(True), None),
     "backward32-mover": ("BACKWARD", _backward_sig(True), None),
+    "backward32-grads": ("BACKWARD_GRADS", _backward_sig(True), None),
 }
 #: The key of the kernels stored in a dict (the busy variant: what a GPU runs).
 _KEYS = {
@@ -90,6 +95,7 @@ _KEYS = {
     "forward-tiled32": ("tiled", True, True, True),
     "backward32": (True, True, False),
     "backward32-mover": (True, True, True),
+    "backward32-grads": True,
 }
 
 _INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
@@ -173,11 +179,15 @@ def variants() -> list[tuple[str, object, str]]:
         out.append(("FORWARD", key, sig))
     for key in K.BACKWARD:
         out.append(("BACKWARD", key, _backward_sig(key[0])))
+    for key in K.BACKWARD_GRADS:
+        out.append(("BACKWARD_GRADS", key, _backward_sig(True)))
     for name in ("park32", "park64", "cost-park32"):
         attr, sig, _ = KERNELS[name]
         out.append((attr, _KEYS.get(name), sig))
     out.append(("COST_PARK", False, _park_sig(False)))  # the float64 cost's park
-    assert len(out) == len(K.FORWARD) + len(K.BACKWARD) + 2 + len(K.COST_PARK)
+    assert len(out) == len(K.FORWARD) + len(K.BACKWARD) + len(K.BACKWARD_GRADS) + 2 + len(
+        K.COST_PARK
+    )
     return out
 
 
@@ -201,6 +211,8 @@ def _quick(attr: str, key: object) -> bool:
         return key[2] or key[:2] == ("cost", True)
     if attr == "BACKWARD":
         return key[1] or key[0]
+    if attr == "BACKWARD_GRADS":
+        return key
     return True
 
 

@@ -1299,3 +1299,135 @@ def test_gpu_kernel_disk_cache_round_trip(tmp_path):
     assert sums2 == pytest.approx(sums1, rel=1e-6)
     h3, m3, sums3 = run(SDTW_KERNEL_CACHE="0")
     assert (h3, m3) == (0, m1) and sums3 == pytest.approx(sums1, rel=1e-6)
+
+
+def _check_sweep_grads(monkeypatch, rng, device, cases):
+    """The gradients wrt x and y from the backward's own sweep (its gradient warp, E never
+    written; ``sdtw.cuda._launch.sweep_grads`` forced on) against the float64 reference from
+    x and y and against the gradients from E (forced off): fresh randn float32 inputs,
+    (B, N, M, D, gamma, bandwidth, normalize, fused) cases, an upstream gradient other than
+    ones.  Checks that the sweep's kernel ran (and only it: one backward launch per pass)."""
+    from sdtw.cuda import _launch
+
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
+    calls = []
+    real = _launch.backward_grads
+    monkeypatch.setattr(_launch, "backward_grads", lambda *a: calls.append(1) or real(*a))
+    for B, N, M, D, gamma, bandwidth, normalize, fused in cases:
+        x = randn(rng, B, N, D, dtype=torch.float32, device=device)
+        y = randn(rng, B, M, D, dtype=torch.float32, device=device)
+        go = randn(rng, B, dtype=torch.float32, device=device)
+        kw = dict(gamma=gamma, bandwidth=bandwidth, normalize=normalize)
+        xr, yr = (t.cpu().double().requires_grad_() for t in (x, y))
+        vr = sdtw.softdtw(xr, yr, backend="cpu", **kw)
+        ref = (vr, *torch.autograd.grad(vr, (xr, yr), go.cpu().double()))
+        got = {}
+        for sweep in (True, False):
+            monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", sweep)
+            xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+            n_calls, n_bwd = len(calls), _launch.launch_counts["backward"]
+            v = sdtw.softdtw(xs, ys, backend="cuda", fused=fused, **kw)
+            got[sweep] = (v, *torch.autograd.grad(v, (xs, ys), go))
+            passes = 3 if normalize else 1
+            assert len(calls) - n_calls == (passes if sweep else 0)
+            assert _launch.launch_counts["backward"] - n_bwd == passes
+        tol = TOL_COST32 if not fused else TOL[torch.float32]
+        for k, name in enumerate(("value", "grad_x", "grad_y")):
+            case = (B, N, M, D, gamma, bandwidth, normalize, fused, name)
+            assert torch.isfinite(got[True][k]).all(), case
+            assert rel_err(got[True][k], ref[k]) <= tol, (*case, rel_err(got[True][k], ref[k]))
+            # (the two paths' products are rounded differently: 3xTF32 against float32)
+            assert rel_err(got[True][k], got[False][k]) <= 1e-5, case
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_sweep_grads_match_reference(monkeypatch, rng):
+    """:func:`_check_sweep_grads` in the simulator (the gradient warp's twins compute each
+    lane's outputs from the same tiles): N != M, lengths 1, one past the band and chunk size
+    (32), D from 1 to 9 (partial 8-feature tiles), band, normalize, fused and unfused."""
+    _check_sweep_grads(
+        monkeypatch,
+        rng,
+        "cpu",
+        [
+            (2, 5, 7, 3, 1.0, None, False, True),
+            (1, 1, 1, 2, 0.1, None, False, True),
+            (1, 33, 40, 9, 0.01, 4, False, True),
+            (2, 1, 33, 1, 1e-3, None, False, False),
+            (1, 33, 1, 2, 0.1, None, True, True),
+        ],
+    )
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("busy", [True, False])
+def test_gpu_sweep_grads_match_reference(monkeypatch, rng, busy):
+    """:func:`_check_sweep_grads` on the GPU (the tensor-core fragments), both handoff
+    variants: shapes past every tile (32 rows, 32 positions, 8 features), N != M, D up to
+    64, all gammas of the issue, band, normalize, fused and unfused."""
+    from sdtw.cuda import _launch
+
+    monkeypatch.setattr(_launch, "FORCE_BUSY", busy)
+    _check_sweep_grads(
+        monkeypatch,
+        rng,
+        "cuda",
+        [
+            (3, 77, 1025, 5, 0.1, None, True, True),
+            (2, 1, 300, 3, 1.0, None, False, True),
+            (2, 513, 31, 7, 0.01, 40, True, True),
+            (1, 1000, 1001, 64, 1e-3, 5, False, True),
+            (5, 33, 65, 1, 1.0, None, False, False),
+            (2, 64, 64, 63, 1e-4, None, False, True),
+            (4, 512, 512, 64, 1.0, None, False, False),
+        ],
+    )
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("gamma", GAMMAS)
+def test_gpu_sweep_grads_paper_case(monkeypatch, rng, gamma):
+    """The issue's accuracy case (B = 4, N = M = 512, D = 64, float32, randn) with the
+    gradients from the sweep: values and both gradients within 1e-4 of float64."""
+    from sdtw.cuda import _launch
+
+    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", True)
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
+    x = randn(rng, 4, 512, 64, dtype=torch.float32, device="cuda").requires_grad_()
+    y = randn(rng, 4, 512, 64, dtype=torch.float32, device="cuda").requires_grad_()
+    go = randn(rng, 4, dtype=torch.float32, device="cuda")
+    xr, yr = (t.detach().cpu().double().requires_grad_() for t in (x, y))
+    vr = sdtw.softdtw(xr, yr, gamma=gamma, backend="cpu")
+    v = sdtw.softdtw(x, y, gamma=gamma, fused=True, backend="cuda")
+    out = (v, *torch.autograd.grad(v, (x, y), go))
+    ref = (vr, *torch.autograd.grad(vr, (xr, yr), go.cpu().double()))
+    for a, b in zip(out, ref, strict=True):
+        assert rel_err(a, b) <= 1e-4
+
+
+def test_sweep_grads_rule(monkeypatch):
+    """Which eager gradients come from the sweep: float32 with D <= 64 where the backward
+    takes its mover variant, unless forced off; never float64 or D > 64; under the
+    simulator only when forced on."""
+    from sdtw.cuda import _launch
+
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
+    monkeypatch.setattr(_launch.K, "SIMULATED", False)
+    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", None)
+    f32 = torch.empty(2, 3, 64)
+    assert _launch.sweep_grads(f32)
+    assert not _launch.sweep_grads(torch.empty(2, 3, 65))
+    assert not _launch.sweep_grads(f32.double())
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
+    assert not _launch.sweep_grads(f32)
+    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
+    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", False)
+    assert not _launch.sweep_grads(f32)
+    monkeypatch.setattr(_launch.K, "SIMULATED", True)
+    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", None)
+    assert not _launch.sweep_grads(f32)
+    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", True)
+    assert _launch.sweep_grads(f32)

@@ -213,10 +213,14 @@ def _eager_grads(
     forward with gradients enabled whose backward never runs has still paid for it (evaluate
     under ``torch.no_grad()``).
 
-    The gradients from E: float32 with ``D >= 64`` and ``N M >= 512^2``, one Triton kernel
-    each on the tensor cores (3xTF32, :mod:`sdtw.cuda._tc_grads`); otherwise cuBLAS
-    (:func:`sdtw._sqeuclidean.sqeuclidean_grads`)."""
+    Float32 with ``D <= 64`` on a GPU: from the backward kernel's own sweep, on the tensor
+    cores, E never written (:func:`sdtw.cuda._launch.sweep_grads`).  Otherwise from E: float32
+    with ``D >= 64`` and ``N M >= 512^2``, one Triton kernel each on the tensor cores (3xTF32,
+    :mod:`sdtw.cuda._tc_grads`); else cuBLAS (:func:`sdtw._sqeuclidean.sqeuclidean_grads`)."""
     _launch = _launcher_module()
+    if _launch.sweep_grads(x):
+        out, gx, gy = _launch.forward_grads(a, b, gamma, lo, hi, x, y)
+        return out, (gx if need_x else None, gy if need_y else None)
     N = x.shape[1]
     out, E, S = _launch.forward_backward(a, b, gamma, lo, hi)  # E: batch stride 2 N M
     # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the

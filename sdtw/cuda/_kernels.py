@@ -1865,9 +1865,246 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
     return forward
 
 
-def _build_backward(fast: bool, busy: bool, mover: bool = False):
+# In-sweep gradients (the backward with its gradient warp)
+# ------------------------------------------------------------------
+# From x and y (squared Euclidean), the gradients of a pair's value are
+#   g_x[i] = 2 (rows(E)_i x_i - sum_j E_ij y_j),  g_y[j] = 2 (cols(E)_j y_j - sum_i E_ij x_i).
+# The backward's mover variant has a third warp per band that is idle otherwise; with ``grads``
+# it becomes the *gradient warp*: the mover copies each position chunk's 32 x 32 block of E
+# from the ring into one of two shared tiles (as a TF32 high part and its float32 remainder,
+# zeros outside the table) instead of writing it to ``P``, and the gradient warp multiplies the
+# tile on the tensor cores (``mma.sync.m16n8k8`` TF32, three products per block: the 3xTF32
+# split, float32 accumulation) while the band's warp runs the next chunk's steps:
+#   * g_x: the tile (band rows x positions) times y's chunk rows (positions x features),
+#     accumulated in registers over the band's sweep (2 x 8 accumulator tiles of 16 x 8: D <= 64),
+#     written once at the end with the row sums (``2 (rows x - acc)``);
+#   * g_y: the tile's transpose times x's band rows, per 8-feature tile, added to a zeroed g_y
+#     with float32 atomics (``2 (cols y - acc)``, each band its own share of the column sums).
+# So E is never written to memory, and no second kernel reads it.  The tiles pass from the
+# mover to the gradient warp through two named barriers (2: "free", 3: "ready", as mode tiled's
+# forward): the mover waits until the gradient warp has freed chunk k - 1 before it says chunk
+# k is ready (so that the gradient warp's arrivals never complete a generation on their own),
+# and a tile is written again only two chunks later.
+TS = TB + 4  # tile row stride: the g_x fragment loads conflict-free, the g_y ones 2-way
+TT = TB * TS  # one tile
+TT2 = 2 * TT  # the two tiles (by chunk parity)
+TB2 = 2 * TB
+SWEEP_MAX_D = 64  # g_x's accumulators: 2 x 8 tiles of 16 x 8 in registers
+SWEEP_NT = SWEEP_MAX_D // 8  # (feature tiles)
+
+
+def _tf32_intrinsic():
+    """``tf32(x)``: ``x`` rounded to TF32 (``cvt.rna.tf32.f32``: 10 mantissa bits, to
+    nearest, ties away), as a float32."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def tf32(typingctx, x):
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            r = builder.asm(
+                ir.FunctionType(i32, [ir.FloatType()]),
+                "cvt.rna.tf32.f32 $0, $1;",
+                "=r,f",
+                [args[0]],
+                False,
+            )
+            return builder.bitcast(r, ir.FloatType())
+
+        return types.float32(types.float32), codegen
+
+    return tf32
+
+
+def _tf32_sim(x):
+    """The simulator's :func:`tf32`: the same rounding on the float32 bits."""
+    bits = int(np.array([x], dtype=np.float32).view(np.uint32)[0])
+    bits = (bits + 0x1000) & 0xFFFFE000
+    return np.array([bits], dtype=np.uint32).view(np.float32)[0]
+
+
+def _tmma_intrinsic():
+    """``(d0, d1, d2, d3) = mma.sync.m16n8k8.row.col.f32.tf32.tf32.f32(a0..a3, b0, b1,
+    c0..c3)`` for one lane (fragments as :func:`_dmma_intrinsic`'s, float32 bits of TF32
+    values; a value's low 13 mantissa bits are ignored).  Warp-collective."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def tmma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        f4 = types.float32
+        sig = types.UniTuple(f4, 4)(*([f4] * 10))
+
+        def codegen(context, builder, signature, args):
+            flt, i32 = ir.FloatType(), ir.IntType(32)
+            fty = ir.FunctionType(ir.LiteralStructType([flt] * 4), [i32] * 6 + [flt] * 4)
+            ops = [builder.bitcast(a, i32) for a in args[:6]] + list(args[6:])
+            res = builder.asm(
+                fty,
+                "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {$0, $1, $2, $3}, "
+                "{$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+                ",".join(["=f"] * 4 + ["r"] * 6 + ["f"] * 4),
+                ops,
+                True,
+                name="tmma",
+            )
+            out = [builder.extract_value(res, i) for i in range(4)]
+            return context.make_tuple(builder, signature.return_type, out)
+
+        return sig, codegen
+
+    return tmma
+
+
+if not SIMULATED:
+    _tmma = _tmma_intrinsic()
+tf32 = _tf32_sim if SIMULATED else _tf32_intrinsic()
+
+
+@_device
+def _mma3(ah, al, bh, bl, c):
+    """``c += A B`` for TF32-split operands (``A = ah + al``, ``B = bh + bl``; fragments as
+    tuples): ``al bh + ah bl + ah bh``, the small products first (3xTF32; ``al bl`` dropped)."""
+    c = _tmma(al[0], al[1], al[2], al[3], bh[0], bh[1], c[0], c[1], c[2], c[3])
+    c = _tmma(ah[0], ah[1], ah[2], ah[3], bl[0], bl[1], c[0], c[1], c[2], c[3])
+    return _tmma(ah[0], ah[1], ah[2], ah[3], bh[0], bh[1], c[0], c[1], c[2], c[3])
+
+
+@_device
+def _split2(v0, v1):
+    """TF32 high parts and float32 remainders of two values."""
+    h0 = tf32(v0)
+    h1 = tf32(v1)
+    return (h0, h1), (v0 - h0, v1 - h1)
+
+
+@_device
+def _tfrag(T, base, down, right):
+    """A lane's A fragment of a 16 x 8 block of the flat tile ``T`` at ``base`` (its element
+    ``[g, t]``): ``[g, t], [g + 8, t], [g, t + 4], [g + 8, t + 4]``, row steps ``down``,
+    column steps ``right``."""
+    return (T[base], T[base + 8 * down], T[base + 4 * right], T[base + 8 * down + 4 * right])
+
+
+def _gx_chunk_gpu(TH, TL, tb, Yp, jtop, D, nt, acc, g, t):
+    """``acc += tile (rows x positions) @ y (positions x features)`` for one chunk: the lane's
+    accumulators ``acc[a, n]`` of rows ``16 a + g (+ 8)``, features ``8 n + 2 t (+ 1)``.
+    Position ``p`` is column ``jtop - p`` of y (``Yp``: this pair's y, flat); positions past
+    the table have zeros in the tile (and read row 0), features past ``D`` are never stored."""
+    for kk in range(TB // 8):
+        base = uint32(tb + g * TS + 8 * kk + t)
+        ah0 = _tfrag(TH, base, TS, 1)
+        al0 = _tfrag(TL, base, TS, 1)
+        ah1 = _tfrag(TH, base + 16 * TS, TS, 1)
+        al1 = _tfrag(TL, base + 16 * TS, TS, 1)
+        j0 = max(jtop - 8 * kk - t, 0) * D
+        j1 = max(jtop - 8 * kk - t - 4, 0) * D
+        for n in range(SWEEP_NT):
+            if n < nt:
+                f = min(8 * n + g, D - 1)
+                bh, bl = _split2(Yp[u32(j0 + f)], Yp[u32(j1 + f)])
+                c = (acc[0, n, 0], acc[0, n, 1], acc[0, n, 2], acc[0, n, 3])
+                acc[0, n, 0], acc[0, n, 1], acc[0, n, 2], acc[0, n, 3] = _mma3(ah0, al0, bh, bl, c)
+                c = (acc[1, n, 0], acc[1, n, 1], acc[1, n, 2], acc[1, n, 3])
+                acc[1, n, 0], acc[1, n, 1], acc[1, n, 2], acc[1, n, 3] = _mma3(ah1, al1, bh, bl, c)
+
+
+def _gx_chunk_sim(TH, TL, tb, Yp, jtop, D, nt, acc, g, t):
+    """The simulator's twin of :func:`_gx_chunk_gpu` (no warp-collective mma there): the
+    lane's outputs straight from the tile."""
+    for a in range(2):
+        for n in range(nt):
+            for q in range(4):
+                r = 16 * a + g + 8 * (q >> 1)
+                f = 8 * n + 2 * t + (q & 1)
+                s = float32(0.0)
+                for p in range(TB):
+                    j = jtop - p
+                    if j >= 0 and f < D:
+                        e = TH[tb + r * TS + p] + TL[tb + r * TS + p]
+                        s += e * Yp[j * D + f]
+                acc[a, n, q] += s
+
+
+def _gy_chunk_gpu(TH, TL, tb, CS, cb, Xp, Yp, GYp, jtop, D, nt, nr1, g, t):
+    """``g_y[j] += 2 (cols_j y_j - sum_r tile[r, p] x_r)`` over this chunk's positions ``p``
+    (column ``j = jtop - p``) and the band's rows ``r`` (``Xp``: the band's rows of x, flat;
+    past ``nr1`` the tile's zeros multiply row ``nr1``), one 8-feature tile at a time, by
+    float32 atomics into ``GYp`` (this pair's g_y, flat, zeroed).  ``CS[cb + p]``: the band's
+    column sums of E."""
+    for n in range(SWEEP_NT):
+        if n < nt:
+            f = min(8 * n + g, D - 1)
+            c0 = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+            c1 = c0
+            for kk in range(TB // 8):
+                # the tile's transpose as A: element [p, r] at T[r, p]
+                base = uint32(tb + (8 * kk + t) * TS + g)
+                bh, bl = _split2(
+                    Xp[u32(min(8 * kk + t, nr1) * D + f)], Xp[u32(min(8 * kk + t + 4, nr1) * D + f)]
+                )
+                c0 = _mma3(_tfrag(TH, base, 1, TS), _tfrag(TL, base, 1, TS), bh, bl, c0)
+                c1 = _mma3(_tfrag(TH, base + 16, 1, TS), _tfrag(TL, base + 16, 1, TS), bh, bl, c1)
+            _gy_out(CS, cb, Yp, GYp, jtop, D, n, g, t, 0, c0)
+            _gy_out(CS, cb, Yp, GYp, jtop, D, n, g, t, 16, c1)
+
+
+@_device
+def _gy_out(CS, cb, Yp, GYp, jtop, D, n, g, t, p0, c):
+    """Add the lane's share ``2 (cols y - c)`` of positions ``p0 + g (+ 8)``, features
+    ``8 n + 2 t (+ 1)`` to ``GYp``."""
+    for q in range(4):
+        p = p0 + g + 8 * (q >> 1)
+        f = 8 * n + 2 * t + (q & 1)
+        j = jtop - p
+        if j >= 0 and f < D:
+            o = u32(j * D + f)
+            cuda.atomic.add(GYp, o, float32(2.0) * (CS[cb + p] * Yp[o] - c[q]))
+
+
+def _gy_chunk_sim(TH, TL, tb, CS, cb, Xp, Yp, GYp, jtop, D, nt, nr1, g, t):
+    """The simulator's twin of :func:`_gy_chunk_gpu`: the lane's outputs from the tile."""
+    for n in range(nt):
+        for a in range(2):
+            c = [float32(0.0)] * 4
+            for q in range(4):
+                p = 16 * a + g + 8 * (q >> 1)
+                f = 8 * n + 2 * t + (q & 1)
+                for r in range(TB):
+                    if f < D:
+                        e = TH[tb + r * TS + p] + TL[tb + r * TS + p]
+                        c[q] += e * Xp[min(r, nr1) * D + f]
+            _gy_out(CS, cb, Yp, GYp, jtop, D, n, g, t, 16 * a, (c[0], c[1], c[2], c[3]))
+
+
+gx_chunk = _device(_gx_chunk_sim if SIMULATED else _gx_chunk_gpu)
+gy_chunk = _device(_gy_chunk_sim if SIMULATED else _gy_chunk_gpu)
+
+
+@_device
+def _gx_out(acc, RS, Xp, GXp, D, nt, nr1, g, t):
+    """The band's g_x, ``2 (rows x - acc)`` (rows up to ``nr1``, features below ``D``)."""
+    for a in range(2):
+        for n in range(SWEEP_NT):
+            if n < nt:
+                for q in range(4):
+                    r = 16 * a + g + 8 * (q >> 1)
+                    f = 8 * n + 2 * t + (q & 1)
+                    if r <= nr1 and f < D:
+                        o = u32(r * D + f)
+                        GXp[o] = float32(2.0) * (RS[r] * Xp[o] - acc[a, n, q])
+
+
+def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = False):
     """Backward kernel; ``fast`` (float32 weights) stages them in a float32 block; ``busy`` as
     in :func:`_build_forward`.
+
+    ``grads`` (float32, with ``mover``): the gradients wrt x and y in the sweep, E never
+    written (see "In-sweep gradients" above this function): the third warp is the gradient
+    warp, the mover writes E's chunks into its tiles instead of ``P``.
 
     ``mover``: as the forward's (three-warp blocks, a barrier of the first two after every
     group), with *lag groups* for row groups: the band's rows by their lag ``TB - 1 - r``
@@ -1881,6 +2118,7 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
     differently).  The mover also zeroes the ring first (see below)."""
     blk_t = float32 if fast else float64
     handoff, flush_rest, poll = _build_handoff(busy)
+    assert not grads or (fast and mover), "in-sweep gradients: float32, mover variant"
 
     @_device
     def ecell(ev_view, blk, pp, jp, M, r):
@@ -1931,6 +2169,39 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
         return c8
 
     @_device
+    def tout(TH, TL, blk, h, cw, r0, M, nr1):
+        """With ``grads``, :func:`wout`'s twin: rows ``r0 .. r0 + 7`` of position ``cw TW + h``
+        of E into chunk ``cw``'s tile (parity ``cw & 1``) as TF32 high parts and remainders,
+        zeros past the table (stale shared memory times a zero could be NaN); their sum.
+        Nothing for ``cw < 0``."""
+        pp = cw * TW + h
+        ok = M - 1 - pp >= 0
+        c8 = 0.0
+        if cw >= 0:
+            tb = uint32((cw & 1) * TT)
+            for r in range(r0, r0 + G):
+                e = blk[_slot(PO1, r, pp + TB - 1, -1)]
+                e = e if (ok and r <= nr1) else float32(0.0)
+                hi = tf32(e)
+                TH[tb + uint32(r * TS + h)] = hi
+                TL[tb + uint32(r * TS + h)] = e - hi
+                c8 += float64(e)
+        return c8
+
+    @_device
+    def tile_done(CS, h, cw, cs):
+        """With ``grads``: chunk ``cw``'s tile is complete (for ``cw >= 0``): its column sum
+        (this lane's position) into ``CS``, then the hand-over: wait until the gradient warp
+        has freed chunk ``cw - 1`` (whose tile parity the next chunk takes), say chunk ``cw``
+        is ready.  In that order: were ``cw`` ready first, the gradient warp could arrive at
+        ``free`` twice (chunks ``cw - 1`` and ``cw``) and complete a generation alone."""
+        if cw >= 0:
+            CS[(cw & 1) * TB + h] = float32(cs)
+            if cw >= 1:
+                _free_wait()
+            _ready_arrive()
+
+    @_device
     def colsum(sums, b, N, M, h, cw, cs, want_sums):
         """Add position chunk ``cw``'s column sum (this lane's column) to ``sums``."""
         jp = M - 1 - (cw * TW + h)
@@ -1938,13 +2209,16 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
             cuda.atomic.add(sums, (b, N + jp), cs)
 
     @_device
-    def item(Pd, Pu, blk, h, cc, q, M, Mu, nr1, v):
+    def item(Pd, Pu, blk, h, cc, q, M, Mu, nr1, v, TH, TL):
         """The mover's item (see :func:`_build_backward`): lag group ``q`` (rows ``r0 = 24 -
         8 q`` on) of position chunk ``cc``.  Writes E of position chunk ``cc - 2`` out
         (:func:`wout`), stages ``v`` (from :func:`load8w`, two items ago) and issues the loads
         of the item two on; returns those and the rows' sum of E."""
         r0 = 3 * G - q * G
-        c8 = wout(Pu, blk, h, cc - 2, r0, M, nr1)
+        if grads:
+            c8 = tout(TH, TL, blk, h, cc - 2, r0, M, nr1)
+        else:
+            c8 = wout(Pu, blk, h, cc - 2, r0, M, nr1)
         wd, wu = v
         pl = cc * TW + h
         _st8(blk, 0, wd, r0, pl + TB - 1, -1)
@@ -2023,10 +2297,13 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
         return step(blk, rowb, pb, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
 
     @_kernel
-    def backward(P, N, M, gout, Gb, sums):
+    def backward(P, N, M, gout, Gb, sums, X, Y, D, GX, GY):
         """Expected alignment, written in place: ``P[:, 1] <- E * gout``; if ``sums`` is
         (B, N + M) float64 zeros (not a (1, 1) placeholder), also its row sums ``sums[:, :N]``
-        and column sums ``sums[:, N:]``.
+        and column sums ``sums[:, N:]``.  With ``grads`` instead: E is not written, and
+        ``GX`` (B, N, D) and ``GY`` (B, M, D) (flat; ``GY`` zeroed) get the gradients of
+        ``gout``-weighted squared-Euclidean soft-DTW wrt ``X`` (B, N, D) and ``Y`` (B, M, D)
+        (flat, float32, ``D <= SWEEP_MAX_D``); otherwise those five are unused placeholders.
 
         Columns run right to left: *position* ``p = M - 1 - j``.  Lane ``t`` at step ``s``
         handles position ``s - (TB - 1 - t)`` (the bottom row leads).  Pull form:
@@ -2068,7 +2345,40 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
         nr1 = uint32(min(TB, N - i0) - 1)  # the band's last row
         Mu = uint32(M)
         want_sums = sums.shape[1] == N + M
+        if grads:  # the gradient warp's tiles (two, by chunk parity), column and row sums
+            TH = cuda.shared.array(TT2, float32)
+            TL = cuda.shared.array(TT2, float32)
+            CS = cuda.shared.array(TB2, float32)
+            RS = cuda.shared.array(TB, float32)
+        else:
+            TH = cuda.shared.array(1, float32)  # placeholders: never read
+            TL = TH
+            CS = TH
+            RS = TH
         if mover and tx >= 2 * TB:
+            if grads:
+                # The gradient warp: chunk c's products once the mover says its tile is
+                # ready, then the tile freed; g_x at the end.
+                g = tid >> 2
+                tq = tid & 3
+                nt = (D + 7) // 8
+                acc = cuda.local.array((2, SWEEP_NT, 4), float32)
+                for a in range(2):
+                    for n in range(SWEEP_NT):
+                        for q in range(4):
+                            acc[a, n, q] = float32(0.0)
+                Xp = band_view(X, (b * N + i0) * D)  # the band's rows of x
+                Yp = band_view(Y, b * M * D)  # this pair's y
+                GYp = band_view(GY, b * M * D)
+                for c in range(nchunks):
+                    _ready_wait()
+                    jtop = M - 1 - c * TW  # the column of the chunk's position 0
+                    if jtop >= 0:
+                        tb = uint32((c & 1) * TT)
+                        gx_chunk(TH, TL, tb, Yp, jtop, D, nt, acc, g, tq)
+                        gy_chunk(TH, TL, tb, CS, (c & 1) * TB, Xp, Yp, GYp, jtop, D, nt, nr1, g, tq)
+                    _free_arrive()
+                _gx_out(acc, RS, Xp, band_view(GX, (b * N + i0) * D), D, nt, nr1, g, tq)
             return  # the third warp (see _build_forward)
         if mover and tx >= TB:
             # The mover (warp 1): the ring zeroed (as the one-warp kernel's lanes do, below),
@@ -2092,16 +2402,29 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
             p01 = 0.0
             c2 = 0.0
             for c in range(nchunks):
-                v, c3 = item(Pd, Pu, blk, h, c, 3, M, Mu, nr1, v)
-                colsum(sums, b, N, M, h, c - 2, p01 + (c2 + c3), want_sums)
-                v1, c0 = item(Pd, Pu, blk, h, c + 1, 0, M, Mu, nr1, v1)
-                v, c1 = item(Pd, Pu, blk, h, c + 1, 1, M, Mu, nr1, v)
+                v, c3 = item(Pd, Pu, blk, h, c, 3, M, Mu, nr1, v, TH, TL)
+                if grads:
+                    tile_done(CS, h, c - 2, p01 + (c2 + c3))
+                else:
+                    colsum(sums, b, N, M, h, c - 2, p01 + (c2 + c3), want_sums)
+                v1, c0 = item(Pd, Pu, blk, h, c + 1, 0, M, Mu, nr1, v1, TH, TL)
+                v, c1 = item(Pd, Pu, blk, h, c + 1, 1, M, Mu, nr1, v, TH, TL)
                 p01 = c0 + c1
-                v1, c2 = item(Pd, Pu, blk, h, c + 1, 2, M, Mu, nr1, v1)
+                v1, c2 = item(Pd, Pu, blk, h, c + 1, 2, M, Mu, nr1, v1, TH, TL)
             # what no item wrote: lag group 3 of position chunk nchunks - 2, all of the last
-            c3 = wout(Pu, blk, h, nchunks - 2, 0, M, nr1)
-            colsum(sums, b, N, M, h, nchunks - 2, p01 + (c2 + c3), want_sums)
             cw = nchunks - 1
+            if grads:
+                c3 = tout(TH, TL, blk, h, cw - 1, 0, M, nr1)
+                tile_done(CS, h, cw - 1, p01 + (c2 + c3))
+                c0 = tout(TH, TL, blk, h, cw, 3 * G, M, nr1)
+                c1 = tout(TH, TL, blk, h, cw, 2 * G, M, nr1)
+                c2 = tout(TH, TL, blk, h, cw, G, M, nr1)
+                c3 = tout(TH, TL, blk, h, cw, 0, M, nr1)
+                tile_done(CS, h, cw, (c0 + c1) + (c2 + c3))
+                _free_wait()  # the gradient warp is done with the last tile
+                return
+            c3 = wout(Pu, blk, h, cw - 1, 0, M, nr1)
+            colsum(sums, b, N, M, h, cw - 1, p01 + (c2 + c3), want_sums)
             c0 = wout(Pu, blk, h, cw, 3 * G, M, nr1)
             c1 = wout(Pu, blk, h, cw, 2 * G, M, nr1)
             c2 = wout(Pu, blk, h, cw, G, M, nr1)
@@ -2166,6 +2489,8 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
                 Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok, pubs, own, ups, TB - 1
             )
             st = group(blk, rowb, pb, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
+            if grads:
+                RS[tid] = float32(st[3])  # (the last chunk's: the row sums of E)
             if mover:
                 _bar_steps()
                 continue
@@ -2177,7 +2502,7 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False):
         _stamp(Gb, t, 2, B * nb)
         if not mover:
             write_e(Pu, blk, sums, b, N, M, (nchunks - 1) * TW + tid, nr1, want_sums)
-        if want_sums and i < N:
+        if want_sums and i < N and not grads:
             sums[b, i] = st[3]
 
     return backward
@@ -2571,6 +2896,8 @@ BACKWARD = {
     for busy in (False, True)
     for two in (False, True)
 }
+#: The backward with the gradients wrt x and y in its sweep (float32, mover), by busy.
+BACKWARD_GRADS = {busy: _build_backward(True, busy, True, grads=True) for busy in (False, True)}
 PARK = _build_park(False)
 PARK32 = _build_park(True)
 #: The same distances as a (B, N, M) cost tensor, by input dtype (float32?): the unfused
@@ -2648,6 +2975,7 @@ def _enable_disk_cache(kernels: dict) -> list[str]:
 #: Every kernel dispatcher of this module by its variant key (the on-disk cache's key).
 KERNELS = {("forward", *k): v for k, v in FORWARD.items()}
 KERNELS.update({("backward", *k): v for k, v in BACKWARD.items()})
+KERNELS.update({("backward-grads", k): v for k, v in BACKWARD_GRADS.items()})
 KERNELS.update({("park", False, False): PARK, ("park", True, False): PARK32})
 KERNELS.update({("park", f, True): v for f, v in COST_PARK.items()})
 

@@ -612,9 +612,59 @@ def backward(
         S = s_arg = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums``: none
     two = backward_mover()
     kern = K.BACKWARD[P.dtype == torch.float32, busy(), two]
-    _launcher(kern)(B * nb, K.threads(two), _stream(dev), _flat(P), N, M, g, Gb, s_arg)
+    none = _placeholder((1,), torch.float32, dev)  # (the in-sweep gradients' slots)
+    _launcher(kern)(
+        B * nb, K.threads(two), _stream(dev), _flat(P), N, M, g, Gb, s_arg,
+        none, none, 0, none, none,
+    )  # fmt: skip
     launch_counts["backward"] += 1
     return P[:, 1], (S if sums else None)
+
+
+#: Force the gradients wrt x and y into the backward's sweep (True) or from E afterwards
+#: (False); None: :func:`sweep_grads`.  ``SDTW_SWEEP_GRADS=0`` / ``1`` sets it at import.
+FORCE_SWEEP_GRADS: bool | None = {"0": False, "1": True}.get(os.environ.get("SDTW_SWEEP_GRADS", ""))
+
+
+def sweep_grads(x: torch.Tensor) -> bool:
+    """Whether the eager gradients of the kernels' inputs ``x`` (B, N, D) come from the
+    backward kernel's sweep (:func:`backward_grads`: E never written) rather than from E
+    afterwards: float32, ``D <= 64`` (the gradient warp's accumulators), the backward's mover
+    variant (whose third warp computes them) and :data:`FORCE_SWEEP_GRADS` not False.
+    Under the simulator only ``FORCE_SWEEP_GRADS = True`` turns it on (with the mover)."""
+    if x.dtype != torch.float32 or x.shape[2] > K.SWEEP_MAX_D or FORCE_SWEEP_GRADS is False:
+        return False
+    if K.SIMULATED and FORCE_SWEEP_GRADS is None:
+        return False
+    return backward_mover()
+
+
+def backward_grads(
+    P: torch.Tensor, x: torch.Tensor, y: torch.Tensor, Gb: _View | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of each pair's value (upstream gradient 1) wrt contiguous float32 x
+    (B, N, D) and y (B, M, D) (``D <= 64``) from the forward's weights ``P`` (B, 2, N, M)
+    (which are read, not written) in one backward launch: the gradient warp multiplies each
+    chunk of E on the tensor cores during the sweep (see ``grads`` in
+    :func:`sdtw.cuda._kernels._build_backward`); E never goes to memory.  Returns
+    (B, N, D) and (B, M, D) float32."""
+    B, _, N, M = P.shape
+    D = x.shape[2]
+    dev = P.device
+    nb = -(-N // K.TB)
+    if Gb is None:
+        (Gb,) = _boundary(B, nb, M, dev)
+    gx = torch.empty_like(x)
+    gy = torch.zeros_like(y)  # (the bands add their shares)
+    g = _constant((B,), 1.0, P.dtype, dev)
+    none = _placeholder((1, 1), P.dtype, dev)  # no sums
+    kern = K.BACKWARD_GRADS[busy()]
+    _launcher(kern)(
+        B * nb, K.threads(True), _stream(dev), _flat(P), N, M, g, Gb, none,
+        _flat(x), _flat(y), D, _flat(gx), _flat(gy),
+    )  # fmt: skip
+    launch_counts["backward"] += 1
+    return gx, gy
 
 
 def forward_backward(
@@ -626,6 +676,23 @@ def forward_backward(
     out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True)
     E, S = backward(P, None, True, Gb)
     return out, E, S
+
+
+def forward_grads(
+    a: torch.Tensor,
+    y: torch.Tensor | None,
+    gamma: float,
+    lo: int,
+    hi: int,
+    xs: torch.Tensor,
+    ys: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`forward` with ``store`` on ``a`` (the cost, or x) and ``y``, then
+    :func:`backward_grads` on the sequences ``xs``, ``ys`` (contiguous float32): the values
+    (B,) and the gradients wrt ``xs`` and ``ys`` (upstream gradient 1)."""
+    out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True)
+    gx, gy = backward_grads(P, xs, ys, Gb)
+    return out, gx, gy
 
 
 def sqeuclidean(a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
