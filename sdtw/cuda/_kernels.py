@@ -1981,6 +1981,39 @@ def _split2(v0, v1):
     return (h0, h1), (v0 - h0, v1 - h1)
 
 
+def _compiler_fence_intrinsic():
+    """An empty inline asm with a memory clobber: no instruction, but the compiler moves no
+    memory access across it."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def fence(typingctx):
+        def codegen(context, builder, signature, args):
+            builder.asm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", [], True)
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    return fence
+
+
+def _compiler_fence_sim():
+    pass
+
+
+_compiler_fence = _compiler_fence_sim if SIMULATED else _compiler_fence_intrinsic()
+
+
+@_device
+def _split4(v):
+    """:func:`_split2` of a fragment of four values."""
+    h01, l01 = _split2(v[0], v[1])
+    h23, l23 = _split2(v[2], v[3])
+    return (h01[0], h01[1], h23[0], h23[1]), (l01[0], l01[1], l23[0], l23[1])
+
+
 @_device
 def _tfrag(T, base, down, right):
     """A lane's A fragment of a 16 x 8 block of the flat tile ``T`` at ``base`` (its element
@@ -1989,30 +2022,114 @@ def _tfrag(T, base, down, right):
     return (T[base], T[base + 8 * down], T[base + 4 * right], T[base + 8 * down + 4 * right])
 
 
-def _gx_chunk_gpu(TH, TL, tb, Yp, jtop, D, nt, acc, g, t):
+SW = SWEEP_MAX_D + 8  # staged rows of x and y: the fragment loads conflict-free
+TSW = TB * SW
+
+
+def _cp_async_intrinsic():
+    """``cp_async(S, i, A, j)``: ``S[i] = A[j]`` (float32; ``S`` in shared, ``A`` in global
+    memory) as an asynchronous copy (``cp.async.ca.shared.global``, 4 bytes): no register
+    holds the value, and the issuing thread goes on until :func:`cp_wait`."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def cp_async(typingctx, S, i, A, j):
+        def codegen(context, builder, signature, args):
+            from numba.core import cgutils
+
+            def ptr(k):
+                aryty = signature.args[k]
+                ary = context.make_array(aryty)(context, builder, args[k])
+                idx = [args[k + 1]]
+                return cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
+
+            dst, src = ptr(0), ptr(2)
+            i64 = ir.IntType(64)
+            builder.asm(
+                ir.FunctionType(ir.VoidType(), [i64, i64]),
+                "{ .reg .u64 s, g; cvta.to.shared.u64 s, $0; cvta.to.global.u64 g, $1; "
+                "cp.async.ca.shared.global [s], [g], 4; }",
+                "l,l",
+                [builder.ptrtoint(dst, i64), builder.ptrtoint(src, i64)],
+                True,
+            )
+            return context.get_dummy_value()
+
+        return types.void(S, i, A, j), codegen
+
+    return cp_async
+
+
+def _cp_wait_intrinsic():
+    """``cp_wait()``: commit this thread's :func:`cp_async` copies and wait until they are all
+    done (``cp.async.commit_group; cp.async.wait_all``); other lanes' copies are seen after a
+    warp barrier."""
+    text = "cp.async.commit_group; cp.async.wait_all;"
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def cp_wait(typingctx):
+        def codegen(context, builder, signature, args):
+            builder.asm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", [], True)
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    return cp_wait
+
+
+def _cp_async_sim(S, i, A, j):
+    S[i] = A[j]
+
+
+def _cp_wait_sim():
+    pass
+
+
+cp_async = _cp_async_sim if SIMULATED else _cp_async_intrinsic()
+cp_wait = _cp_wait_sim if SIMULATED else _cp_wait_intrinsic()
+
+
+@_device
+def _cp_rows(S, A, o, step, cl, D, lane):
+    """The gradient warp's copies of 32 rows of x or y into the staged rows ``S`` (row stride
+    ``SW``, by :func:`cp_async`): row ``k`` is ``o + step k`` clamped to ``cl`` (at most ``cl``
+    for ``step > 0``, at least for ``step < 0``: a real row, whose products with E's zeros
+    vanish), features ``lane`` and ``lane + 32`` (clamped to ``D - 1``)."""
+    f0 = min(lane, D - 1)
+    f1 = min(lane + TB, D - 1)
+    for k in range(TB):
+        r = o + step * k
+        r = min(r, cl) if step > 0 else max(r, cl)
+        row = u32(r * D)
+        cp_async(S, uint32(k * SW + lane), A, row + f0)
+        cp_async(S, uint32(k * SW + lane + TB), A, row + f1)
+
+
+def _gx_chunk_gpu(TH, tb, YS, nt, acc, g, t):
     """``acc += tile (rows x positions) @ y (positions x features)`` for one chunk: the lane's
     accumulators ``acc[a, n]`` of rows ``16 a + g (+ 8)``, features ``8 n + 2 t (+ 1)``.
-    Position ``p`` is column ``jtop - p`` of y (``Yp``: this pair's y, flat); positions past
-    the table have zeros in the tile (and read row 0), features past ``D`` are never stored."""
+    ``YS``: the chunk's rows of y by position (staged; positions past the table hold a real
+    row, and the tile zeros there); features past ``D`` are never stored."""
     for kk in range(TB // 8):
         base = uint32(tb + g * TS + 8 * kk + t)
-        ah0 = _tfrag(TH, base, TS, 1)
-        al0 = _tfrag(TL, base, TS, 1)
-        ah1 = _tfrag(TH, base + 16 * TS, TS, 1)
-        al1 = _tfrag(TL, base + 16 * TS, TS, 1)
-        j0 = max(jtop - 8 * kk - t, 0) * D
-        j1 = max(jtop - 8 * kk - t - 4, 0) * D
+        ah0, al0 = _split4(_tfrag(TH, base, TS, 1))
+        ah1, al1 = _split4(_tfrag(TH, base + 16 * TS, TS, 1))
+        yb = uint32((8 * kk + t) * SW + g)
         for n in range(SWEEP_NT):
             if n < nt:
-                f = min(8 * n + g, D - 1)
-                bh, bl = _split2(Yp[u32(j0 + f)], Yp[u32(j1 + f)])
+                bh, bl = _split2(YS[yb + 8 * n], YS[yb + 4 * SW + 8 * n])
                 c = (acc[0, n, 0], acc[0, n, 1], acc[0, n, 2], acc[0, n, 3])
                 acc[0, n, 0], acc[0, n, 1], acc[0, n, 2], acc[0, n, 3] = _mma3(ah0, al0, bh, bl, c)
                 c = (acc[1, n, 0], acc[1, n, 1], acc[1, n, 2], acc[1, n, 3])
                 acc[1, n, 0], acc[1, n, 1], acc[1, n, 2], acc[1, n, 3] = _mma3(ah1, al1, bh, bl, c)
 
 
-def _gx_chunk_sim(TH, TL, tb, Yp, jtop, D, nt, acc, g, t):
+def _gx_chunk_sim(TH, tb, YS, nt, acc, g, t):
     """The simulator's twin of :func:`_gx_chunk_gpu` (no warp-collective mma there): the
     lane's outputs straight from the tile."""
     for a in range(2):
@@ -2022,38 +2139,39 @@ def _gx_chunk_sim(TH, TL, tb, Yp, jtop, D, nt, acc, g, t):
                 f = 8 * n + 2 * t + (q & 1)
                 s = float32(0.0)
                 for p in range(TB):
-                    j = jtop - p
-                    if j >= 0 and f < D:
-                        e = TH[tb + r * TS + p] + TL[tb + r * TS + p]
-                        s += e * Yp[j * D + f]
+                    e = TH[tb + r * TS + p]
+                    s += e * YS[p * SW + f]
                 acc[a, n, q] += s
 
 
-def _gy_chunk_gpu(TH, TL, tb, CS, cb, Xp, Yp, GYp, jtop, D, nt, nr1, g, t):
+def _gy_chunk_gpu(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
     """``g_y[j] += 2 (cols_j y_j - sum_r tile[r, p] x_r)`` over this chunk's positions ``p``
-    (column ``j = jtop - p``) and the band's rows ``r`` (``Xp``: the band's rows of x, flat;
-    past ``nr1`` the tile's zeros multiply row ``nr1``), one 8-feature tile at a time, by
+    (column ``j = jtop - p``) and the band's rows ``r`` (``XS``: staged, rows past the band's
+    last a copy of it, which the tile's zeros multiply), one 8-feature tile at a time, by
     float32 atomics into ``GYp`` (this pair's g_y, flat, zeroed).  ``CS[cb + p]``: the band's
     column sums of E."""
     for n in range(SWEEP_NT):
         if n < nt:
-            f = min(8 * n + g, D - 1)
+            # (the tile's fragments are the same for every n: hoisted out of this loop, they
+            # took 64 more registers, 250 in all; reloading them costs LDS instead)
+            _compiler_fence()
             c0 = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
             c1 = c0
             for kk in range(TB // 8):
                 # the tile's transpose as A: element [p, r] at T[r, p]
                 base = uint32(tb + (8 * kk + t) * TS + g)
-                bh, bl = _split2(
-                    Xp[u32(min(8 * kk + t, nr1) * D + f)], Xp[u32(min(8 * kk + t + 4, nr1) * D + f)]
-                )
-                c0 = _mma3(_tfrag(TH, base, 1, TS), _tfrag(TL, base, 1, TS), bh, bl, c0)
-                c1 = _mma3(_tfrag(TH, base + 16, 1, TS), _tfrag(TL, base + 16, 1, TS), bh, bl, c1)
-            _gy_out(CS, cb, Yp, GYp, jtop, D, n, g, t, 0, c0)
-            _gy_out(CS, cb, Yp, GYp, jtop, D, n, g, t, 16, c1)
+                xb = uint32((8 * kk + t) * SW + 8 * n + g)
+                bh, bl = _split2(XS[xb], XS[xb + 4 * SW])
+                ah, al = _split4(_tfrag(TH, base, 1, TS))
+                c0 = _mma3(ah, al, bh, bl, c0)
+                ah, al = _split4(_tfrag(TH, base + 16, 1, TS))
+                c1 = _mma3(ah, al, bh, bl, c1)
+            _gy_out(CS, cb, YS, GYp, jtop, D, n, g, t, 0, c0)
+            _gy_out(CS, cb, YS, GYp, jtop, D, n, g, t, 16, c1)
 
 
 @_device
-def _gy_out(CS, cb, Yp, GYp, jtop, D, n, g, t, p0, c):
+def _gy_out(CS, cb, YS, GYp, jtop, D, n, g, t, p0, c):
     """Add the lane's share ``2 (cols y - c)`` of positions ``p0 + g (+ 8)``, features
     ``8 n + 2 t (+ 1)`` to ``GYp``."""
     for q in range(4):
@@ -2061,11 +2179,11 @@ def _gy_out(CS, cb, Yp, GYp, jtop, D, n, g, t, p0, c):
         f = 8 * n + 2 * t + (q & 1)
         j = jtop - p
         if j >= 0 and f < D:
-            o = u32(j * D + f)
-            cuda.atomic.add(GYp, o, float32(2.0) * (CS[cb + p] * Yp[o] - c[q]))
+            val = float32(2.0) * (CS[cb + p] * YS[uint32(p * SW + f)] - c[q])
+            cuda.atomic.add(GYp, u32(j * D + f), val)
 
 
-def _gy_chunk_sim(TH, TL, tb, CS, cb, Xp, Yp, GYp, jtop, D, nt, nr1, g, t):
+def _gy_chunk_sim(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
     """The simulator's twin of :func:`_gy_chunk_gpu`: the lane's outputs from the tile."""
     for n in range(nt):
         for a in range(2):
@@ -2074,10 +2192,9 @@ def _gy_chunk_sim(TH, TL, tb, CS, cb, Xp, Yp, GYp, jtop, D, nt, nr1, g, t):
                 p = 16 * a + g + 8 * (q >> 1)
                 f = 8 * n + 2 * t + (q & 1)
                 for r in range(TB):
-                    if f < D:
-                        e = TH[tb + r * TS + p] + TL[tb + r * TS + p]
-                        c[q] += e * Xp[min(r, nr1) * D + f]
-            _gy_out(CS, cb, Yp, GYp, jtop, D, n, g, t, 16 * a, (c[0], c[1], c[2], c[3]))
+                    e = TH[tb + r * TS + p]
+                    c[q] += e * XS[r * SW + f]
+            _gy_out(CS, cb, YS, GYp, jtop, D, n, g, t, 16 * a, (c[0], c[1], c[2], c[3]))
 
 
 gx_chunk = _device(_gx_chunk_sim if SIMULATED else _gx_chunk_gpu)
@@ -2085,7 +2202,7 @@ gy_chunk = _device(_gy_chunk_sim if SIMULATED else _gy_chunk_gpu)
 
 
 @_device
-def _gx_out(acc, RS, Xp, GXp, D, nt, nr1, g, t):
+def _gx_out(acc, RS, XS, GXp, D, nt, nr1, g, t):
     """The band's g_x, ``2 (rows x - acc)`` (rows up to ``nr1``, features below ``D``)."""
     for a in range(2):
         for n in range(SWEEP_NT):
@@ -2094,8 +2211,8 @@ def _gx_out(acc, RS, Xp, GXp, D, nt, nr1, g, t):
                     r = 16 * a + g + 8 * (q >> 1)
                     f = 8 * n + 2 * t + (q & 1)
                     if r <= nr1 and f < D:
-                        o = u32(r * D + f)
-                        GXp[o] = float32(2.0) * (RS[r] * Xp[o] - acc[a, n, q])
+                        v = RS[r] * XS[uint32(r * SW + f)] - acc[a, n, q]
+                        GXp[u32(r * D + f)] = float32(2.0) * v
 
 
 def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = False):
@@ -2169,11 +2286,10 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = F
         return c8
 
     @_device
-    def tout(TH, TL, blk, h, cw, r0, M, nr1):
+    def tout(TH, blk, h, cw, r0, M, nr1):
         """With ``grads``, :func:`wout`'s twin: rows ``r0 .. r0 + 7`` of position ``cw TW + h``
-        of E into chunk ``cw``'s tile (parity ``cw & 1``) as TF32 high parts and remainders,
-        zeros past the table (stale shared memory times a zero could be NaN); their sum.
-        Nothing for ``cw < 0``."""
+        of E into chunk ``cw``'s tile (parity ``cw & 1``), zeros past the table (stale shared
+        memory times a zero could be NaN); their sum.  Nothing for ``cw < 0``."""
         pp = cw * TW + h
         ok = M - 1 - pp >= 0
         c8 = 0.0
@@ -2182,9 +2298,7 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = F
             for r in range(r0, r0 + G):
                 e = blk[_slot(PO1, r, pp + TB - 1, -1)]
                 e = e if (ok and r <= nr1) else float32(0.0)
-                hi = tf32(e)
-                TH[tb + uint32(r * TS + h)] = hi
-                TL[tb + uint32(r * TS + h)] = e - hi
+                TH[tb + uint32(r * TS + h)] = e
                 c8 += float64(e)
         return c8
 
@@ -2209,14 +2323,14 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = F
             cuda.atomic.add(sums, (b, N + jp), cs)
 
     @_device
-    def item(Pd, Pu, blk, h, cc, q, M, Mu, nr1, v, TH, TL):
+    def item(Pd, Pu, blk, h, cc, q, M, Mu, nr1, v, TH):
         """The mover's item (see :func:`_build_backward`): lag group ``q`` (rows ``r0 = 24 -
         8 q`` on) of position chunk ``cc``.  Writes E of position chunk ``cc - 2`` out
         (:func:`wout`), stages ``v`` (from :func:`load8w`, two items ago) and issues the loads
         of the item two on; returns those and the rows' sum of E."""
         r0 = 3 * G - q * G
         if grads:
-            c8 = tout(TH, TL, blk, h, cc - 2, r0, M, nr1)
+            c8 = tout(TH, blk, h, cc - 2, r0, M, nr1)
         else:
             c8 = wout(Pu, blk, h, cc - 2, r0, M, nr1)
         wd, wu = v
@@ -2347,18 +2461,19 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = F
         want_sums = sums.shape[1] == N + M
         if grads:  # the gradient warp's tiles (two, by chunk parity), column and row sums
             TH = cuda.shared.array(TT2, float32)
-            TL = cuda.shared.array(TT2, float32)
             CS = cuda.shared.array(TB2, float32)
             RS = cuda.shared.array(TB, float32)
         else:
             TH = cuda.shared.array(1, float32)  # placeholders: never read
-            TL = TH
             CS = TH
             RS = TH
         if mover and tx >= 2 * TB:
             if grads:
-                # The gradient warp: chunk c's products once the mover says its tile is
-                # ready, then the tile freed; g_x at the end.
+                # The gradient warp: the band's rows of x staged once; per chunk, its rows
+                # of y copied in (asynchronously, while the mover finishes the chunk's
+                # tile; in registers, 64 values a lane took 250 registers in all), and the
+                # chunk's products once the tile is ready, then the tile freed; g_x at the
+                # end.
                 g = tid >> 2
                 tq = tid & 3
                 nt = (D + 7) // 8
@@ -2367,18 +2482,26 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = F
                     for n in range(SWEEP_NT):
                         for q in range(4):
                             acc[a, n, q] = float32(0.0)
+                XS = cuda.shared.array(TSW, float32)
+                YS = cuda.shared.array(TSW, float32)
                 Xp = band_view(X, (b * N + i0) * D)  # the band's rows of x
                 Yp = band_view(Y, b * M * D)  # this pair's y
                 GYp = band_view(GY, b * M * D)
+                _cp_rows(XS, Xp, 0, 1, nr1, D, tid)  # (rows past nr1: row nr1)
                 for c in range(nchunks):
-                    _ready_wait()
                     jtop = M - 1 - c * TW  # the column of the chunk's position 0
                     if jtop >= 0:
+                        sync_band()  # (the last chunk's reads of YS done)
+                        _cp_rows(YS, Yp, jtop, -1, 0, D, tid)  # (columns below 0: column 0)
+                    _ready_wait()
+                    if jtop >= 0:
+                        cp_wait()
+                        sync_band()
                         tb = uint32((c & 1) * TT)
-                        gx_chunk(TH, TL, tb, Yp, jtop, D, nt, acc, g, tq)
-                        gy_chunk(TH, TL, tb, CS, (c & 1) * TB, Xp, Yp, GYp, jtop, D, nt, nr1, g, tq)
+                        gx_chunk(TH, tb, YS, nt, acc, g, tq)
+                        gy_chunk(TH, tb, CS, (c & 1) * TB, XS, YS, GYp, jtop, D, nt, g, tq)
                     _free_arrive()
-                _gx_out(acc, RS, Xp, band_view(GX, (b * N + i0) * D), D, nt, nr1, g, tq)
+                _gx_out(acc, RS, XS, band_view(GX, (b * N + i0) * D), D, nt, nr1, g, tq)
             return  # the third warp (see _build_forward)
         if mover and tx >= TB:
             # The mover (warp 1): the ring zeroed (as the one-warp kernel's lanes do, below),
@@ -2402,24 +2525,24 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = F
             p01 = 0.0
             c2 = 0.0
             for c in range(nchunks):
-                v, c3 = item(Pd, Pu, blk, h, c, 3, M, Mu, nr1, v, TH, TL)
+                v, c3 = item(Pd, Pu, blk, h, c, 3, M, Mu, nr1, v, TH)
                 if grads:
                     tile_done(CS, h, c - 2, p01 + (c2 + c3))
                 else:
                     colsum(sums, b, N, M, h, c - 2, p01 + (c2 + c3), want_sums)
-                v1, c0 = item(Pd, Pu, blk, h, c + 1, 0, M, Mu, nr1, v1, TH, TL)
-                v, c1 = item(Pd, Pu, blk, h, c + 1, 1, M, Mu, nr1, v, TH, TL)
+                v1, c0 = item(Pd, Pu, blk, h, c + 1, 0, M, Mu, nr1, v1, TH)
+                v, c1 = item(Pd, Pu, blk, h, c + 1, 1, M, Mu, nr1, v, TH)
                 p01 = c0 + c1
-                v1, c2 = item(Pd, Pu, blk, h, c + 1, 2, M, Mu, nr1, v1, TH, TL)
+                v1, c2 = item(Pd, Pu, blk, h, c + 1, 2, M, Mu, nr1, v1, TH)
             # what no item wrote: lag group 3 of position chunk nchunks - 2, all of the last
             cw = nchunks - 1
             if grads:
-                c3 = tout(TH, TL, blk, h, cw - 1, 0, M, nr1)
+                c3 = tout(TH, blk, h, cw - 1, 0, M, nr1)
                 tile_done(CS, h, cw - 1, p01 + (c2 + c3))
-                c0 = tout(TH, TL, blk, h, cw, 3 * G, M, nr1)
-                c1 = tout(TH, TL, blk, h, cw, 2 * G, M, nr1)
-                c2 = tout(TH, TL, blk, h, cw, G, M, nr1)
-                c3 = tout(TH, TL, blk, h, cw, 0, M, nr1)
+                c0 = tout(TH, blk, h, cw, 3 * G, M, nr1)
+                c1 = tout(TH, blk, h, cw, 2 * G, M, nr1)
+                c2 = tout(TH, blk, h, cw, G, M, nr1)
+                c3 = tout(TH, blk, h, cw, 0, M, nr1)
                 tile_done(CS, h, cw, (c0 + c1) + (c2 + c3))
                 _free_wait()  # the gradient warp is done with the last tile
                 return
