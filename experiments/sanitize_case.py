@@ -4,7 +4,8 @@ both the *quiet* and the *busy* variant (``sdtw.cuda._launch.busy``), the forwar
 backward with and without their mover warps (``sdtw.cuda._launch.mover``,
 ``backward_mover``); with the movers, the fused float32 forward with gradients from parked
 distances (mode ``hilo``, the default) and with its distance warp (``FORCE_TILED``, mode
-``tiled``: without gradients it takes that mode with the movers or without).
+``tiled``: without gradients it takes that mode with the movers or without); and with the
+gradients wrt x and y from the backward's sweep (``FORCE_SWEEP_GRADS``, its gradient warp).
 
 ``compute-sanitizer --tool memcheck python3 -m experiments.sanitize_case [mover] [--case K]``
 
@@ -31,11 +32,13 @@ class Case(NamedTuple):
     D: int
     dtype: torch.dtype
     tiled: bool  # FORCE_TILED: mode tiled with gradients too
+    sweep: bool = False  # FORCE_SWEEP_GRADS: the gradients from the backward's sweep
 
     def label(self) -> str:
         kind = "fused" if self.fused else "unfused"
         dt = str(self.dtype).removeprefix("torch.")
         extra = ", tiled forced" if self.tiled else ""
+        extra += ", gradients in the sweep" if self.sweep else ""
         return (
             f"{'busy' if self.busy else 'quiet'}, {'movers' if self.two else 'one warp'}, "
             f"{kind}, D={self.D}, {dt}{extra}"
@@ -56,6 +59,12 @@ def cases(only_mover: bool = False) -> list[Case]:
         if two:
             shapes.append((True, 20, torch.float32, True))
         out += [Case(busy, two, *s) for s in shapes]
+    # the gradients from the backward's sweep (opt-in; its gradient warp), last so that the
+    # other cases keep their numbers
+    out += [
+        Case(busy, True, fused, 20, torch.float32, False, True)
+        for busy, fused in ((False, True), (True, False))
+    ]
     return out
 
 
@@ -68,6 +77,7 @@ def run(case: Case) -> None:
     _launch.FORCE_BUSY = case.busy
     _launch.FORCE_MOVER = _launch.FORCE_BACKWARD_MOVER = case.two
     _launch.FORCE_TILED = True if case.tiled else None
+    _launch.FORCE_SWEEP_GRADS = True if case.sweep else None
     try:
         x = torch.randn(2, 70, case.D, device="cuda", dtype=case.dtype, requires_grad=True)
         y = torch.randn(2, 45, case.D, device="cuda", dtype=case.dtype, requires_grad=True)
@@ -77,7 +87,7 @@ def run(case: Case) -> None:
             sdtw.softdtw(x, y, gamma=0.1, fused=case.fused, bandwidth=30, backend="cuda")
     finally:
         _launch.FORCE_BUSY = _launch.FORCE_MOVER = _launch.FORCE_BACKWARD_MOVER = None
-        _launch.FORCE_TILED = None
+        _launch.FORCE_TILED = _launch.FORCE_SWEEP_GRADS = None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1409,25 +1409,18 @@ def test_gpu_sweep_grads_paper_case(monkeypatch, rng, gamma):
 
 
 def test_sweep_grads_rule(monkeypatch):
-    """Which eager gradients come from the sweep: float32 with D <= 64 where the backward
-    takes its mover variant, unless forced off; never float64 or D > 64; under the
-    simulator only when forced on."""
+    """Which eager gradients come from the sweep: only when asked for (it measured slower),
+    then float32 with D <= 64 where the backward takes its mover variant; never float64 or
+    D > 64."""
     from sdtw.cuda import _launch
 
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
-    monkeypatch.setattr(_launch.K, "SIMULATED", False)
     monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", None)
     f32 = torch.empty(2, 3, 64)
+    assert not _launch.sweep_grads(f32)
+    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", True)
     assert _launch.sweep_grads(f32)
     assert not _launch.sweep_grads(torch.empty(2, 3, 65))
     assert not _launch.sweep_grads(f32.double())
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
     assert not _launch.sweep_grads(f32)
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
-    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", False)
-    assert not _launch.sweep_grads(f32)
-    monkeypatch.setattr(_launch.K, "SIMULATED", True)
-    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", None)
-    assert not _launch.sweep_grads(f32)
-    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", True)
-    assert _launch.sweep_grads(f32)

@@ -599,6 +599,8 @@ def test_sanitizer_cases_cover_every_variant_and_list_without_a_gpu(
     assert {(c.busy, c.two) for c in every} == variants
     assert all(c.two for c in every if c.tiled)
     assert sum(c.tiled for c in every) == 2
+    assert all(c.two and c.dtype == torch.float32 for c in every if c.sweep)
+    assert {(c.busy, c.fused) for c in every if c.sweep} == {(False, True), (True, False)}
     assert {c.dtype for c in every} == {torch.float32, torch.float64}
     assert sanitize_case.cases(only_mover=True) == [c for c in every if c.two]
     sanitize_case.main(["--list"])

@@ -213,10 +213,11 @@ def _eager_grads(
     forward with gradients enabled whose backward never runs has still paid for it (evaluate
     under ``torch.no_grad()``).
 
-    Float32 with ``D <= 64`` on a GPU: from the backward kernel's own sweep, on the tensor
-    cores, E never written (:func:`sdtw.cuda._launch.sweep_grads`).  Otherwise from E: float32
-    with ``D >= 64`` and ``N M >= 512^2``, one Triton kernel each on the tensor cores (3xTF32,
-    :mod:`sdtw.cuda._tc_grads`); else cuBLAS (:func:`sdtw._sqeuclidean.sqeuclidean_grads`)."""
+    The gradients from E: float32 with ``D >= 64`` and ``N M >= 512^2``, one Triton kernel
+    each on the tensor cores (3xTF32, :mod:`sdtw.cuda._tc_grads`); otherwise cuBLAS
+    (:func:`sdtw._sqeuclidean.sqeuclidean_grads`).  With ``SDTW_SWEEP_GRADS=1`` (float32,
+    ``D <= 64``, on a GPU) they come from the backward kernel's own sweep instead, E never
+    written (:func:`sdtw.cuda._launch.sweep_grads`: measured slower, so opt-in)."""
     _launch = _launcher_module()
     if _launch.sweep_grads(x):
         out, gx, gy = _launch.forward_grads(a, b, gamma, lo, hi, x, y)

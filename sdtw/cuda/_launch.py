@@ -629,12 +629,17 @@ FORCE_SWEEP_GRADS: bool | None = {"0": False, "1": True}.get(os.environ.get("SDT
 def sweep_grads(x: torch.Tensor) -> bool:
     """Whether the eager gradients of the kernels' inputs ``x`` (B, N, D) come from the
     backward kernel's sweep (:func:`backward_grads`: E never written) rather than from E
-    afterwards: float32, ``D <= 64`` (the gradient warp's accumulators), the backward's mover
-    variant (whose third warp computes them) and :data:`FORCE_SWEEP_GRADS` not False.
-    Under the simulator only ``FORCE_SWEEP_GRADS = True`` turns it on (with the mover)."""
-    if x.dtype != torch.float32 or x.shape[2] > K.SWEEP_MAX_D or FORCE_SWEEP_GRADS is False:
-        return False
-    if K.SIMULATED and FORCE_SWEEP_GRADS is None:
+    afterwards.  Opt-in (``SDTW_SWEEP_GRADS=1``, or :data:`FORCE_SWEEP_GRADS` = True), for
+    float32 with ``D <= 64`` (the gradient warp's accumulators) and the backward's mover
+    variant (whose third warp computes them; on a GPU, or forced under the simulator).
+
+    Not the default because it measured slower on the H200 (``probe --sweepab``, run 124 of
+    ``probe-dev.txt``; B = 32, whole-step CUDA-graph replays, fused): 746 against 498 us at
+    N = 512, 1791 against 1165 at N = 1024, 5700 against 3652 at N = 2048 (D = 64), and
+    585 against 431 us at N = 512 with D = 1; the backward kernel alone 413 against 103 us
+    (+ 59 for the gradients from E) at N = 512.  Its gradients are as accurate (4e-8 to
+    6e-8 against float64 at gamma 1 .. 1e-3, B = 4, N = 512, D = 64, as from E)."""
+    if x.dtype != torch.float32 or x.shape[2] > K.SWEEP_MAX_D or not FORCE_SWEEP_GRADS:
         return False
     return backward_mover()
 
