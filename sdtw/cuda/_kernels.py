@@ -1925,42 +1925,50 @@ def _tf32_sim(x):
     return np.array([bits], dtype=np.uint32).view(np.float32)[0]
 
 
-def _tmma_intrinsic():
-    """``(d0, d1, d2, d3) = mma.sync.m16n8k8.row.col.f32.tf32.tf32.f32(a0..a3, b0, b1,
-    c0..c3)`` for one lane (fragments as :func:`_dmma_intrinsic`'s, float32 bits of TF32
-    values; a value's low 13 mantissa bits are ignored).  Warp-collective."""
+def _mma_intrinsic(tf32: bool):
+    """``(d0, d1, d2, d3) = mma.sync.m16n8k8.row.col(a0..a3, b0, b1, c0..c3)`` for one lane,
+    float64 (``tf32`` False: :func:`_dmma_intrinsic`) or TF32 products with float32
+    accumulators (``tf32``: the fragments float32 bits of TF32 values, whose low 13 mantissa
+    bits are ignored; the same fragment layout).  Warp-collective."""
     from llvmlite import ir
     from numba.core import types
     from numba.core.extending import intrinsic
 
+    kind = "f32.tf32.tf32.f32" if tf32 else "f64.f64.f64.f64"
+    nt = types.float32 if tf32 else types.float64
+
     @intrinsic
-    def tmma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        f4 = types.float32
-        sig = types.UniTuple(f4, 4)(*([f4] * 10))
+    def mma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        sig = types.UniTuple(nt, 4)(*([nt] * 10))
 
         def codegen(context, builder, signature, args):
-            flt, i32 = ir.FloatType(), ir.IntType(32)
-            fty = ir.FunctionType(ir.LiteralStructType([flt] * 4), [i32] * 6 + [flt] * 4)
-            ops = [builder.bitcast(a, i32) for a in args[:6]] + list(args[6:])
+            ft = ir.FloatType() if tf32 else ir.DoubleType()
+            if tf32:  # (A and B as .b32 registers)
+                i32 = ir.IntType(32)
+                ins = [i32] * 6 + [ft] * 4
+                ops = [builder.bitcast(a, i32) for a in args[:6]] + list(args[6:])
+                cons = ["=f"] * 4 + ["r"] * 6 + ["f"] * 4
+            else:
+                ins, ops, cons = [ft] * 10, list(args), ["=d"] * 4 + ["d"] * 10
             res = builder.asm(
-                fty,
-                "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {$0, $1, $2, $3}, "
+                ir.FunctionType(ir.LiteralStructType([ft] * 4), ins),
+                f"mma.sync.aligned.m16n8k8.row.col.{kind} {{$0, $1, $2, $3}}, "
                 "{$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
-                ",".join(["=f"] * 4 + ["r"] * 6 + ["f"] * 4),
+                ",".join(cons),
                 ops,
                 True,
-                name="tmma",
+                name="tmma" if tf32 else "dmma",
             )
             out = [builder.extract_value(res, i) for i in range(4)]
             return context.make_tuple(builder, signature.return_type, out)
 
         return sig, codegen
 
-    return tmma
+    return mma
 
 
 if not SIMULATED:
-    _tmma = _tmma_intrinsic()
+    _tmma = _mma_intrinsic(tf32=True)
 tf32 = _tf32_sim if SIMULATED else _tf32_intrinsic()
 
 
@@ -2673,33 +2681,7 @@ def _dmma_intrinsic():
     result has C's layout (PTX ISA, "Matrix Fragments for mma.m16n8k8", .f64).
     Warp-collective: every lane of the warp must reach it together (marked as having side
     effects, so that LLVM neither moves it into a branch nor merges it)."""
-    from llvmlite import ir
-    from numba.core import types
-    from numba.core.extending import intrinsic
-
-    @intrinsic
-    def dmma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        f8 = types.float64
-        sig = types.UniTuple(f8, 4)(*([f8] * 10))
-
-        def codegen(context, builder, signature, args):
-            dbl = ir.DoubleType()
-            fty = ir.FunctionType(ir.LiteralStructType([dbl] * 4), [dbl] * 10)
-            res = builder.asm(
-                fty,
-                "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {$0, $1, $2, $3}, "
-                "{$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
-                ",".join(["=d"] * 4 + ["d"] * 10),
-                args,
-                True,
-                name="dmma",
-            )
-            out = [builder.extract_value(res, i) for i in range(4)]
-            return context.make_tuple(builder, signature.return_type, out)
-
-        return sig, codegen
-
-    return dmma
+    return _mma_intrinsic(tf32=False)
 
 
 def _st2_if_intrinsic():
