@@ -429,14 +429,15 @@ from_prev_lane = _from_prev_lane_smem if SIMULATED else _from_prev_lane_shfl
 from_next_lane = _from_next_lane_smem if SIMULATED else _from_next_lane_shfl
 
 
-def _item_pointer(context, builder, signature, args):
-    """For the inline-asm intrinsics below: the array struct of argument 0 and the LLVM
-    pointer to its element at index argument 1."""
+def _item_pointer(context, builder, signature, args, k=0):
+    """For the inline-asm intrinsics below: the array struct of argument ``k`` and the LLVM
+    pointer to its element at index argument ``k + 1``."""
     from numba.core import cgutils
 
-    aryty = signature.args[0]
-    ary = context.make_array(aryty)(context, builder, args[0])
-    return ary, cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+    aryty = signature.args[k]
+    ary = context.make_array(aryty)(context, builder, args[k])
+    idx = [args[k + 1]]
+    return ary, cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
 
 
 def _ld_relaxed_intrinsic():
@@ -1871,10 +1872,11 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
 #   g_x[i] = 2 (rows(E)_i x_i - sum_j E_ij y_j),  g_y[j] = 2 (cols(E)_j y_j - sum_i E_ij x_i).
 # The backward's mover variant has a third warp per band that is idle otherwise; with ``grads``
 # it becomes the *gradient warp*: the mover copies each position chunk's 32 x 32 block of E
-# from the ring into one of two shared tiles (as a TF32 high part and its float32 remainder,
-# zeros outside the table) instead of writing it to ``P``, and the gradient warp multiplies the
-# tile on the tensor cores (``mma.sync.m16n8k8`` TF32, three products per block: the 3xTF32
-# split, float32 accumulation) while the band's warp runs the next chunk's steps:
+# from the ring into one of two shared tiles (float32, zeros outside the table) instead of
+# writing it to ``P``, and the gradient warp splits it into TF32 high parts and remainders as
+# it loads its fragments and multiplies them on the tensor cores (``mma.sync.m16n8k8`` TF32,
+# three products per block: the 3xTF32 split, float32 accumulation) while the band's warp
+# runs the next chunk's steps:
 #   * g_x: the tile (band rows x positions) times y's chunk rows (positions x features),
 #     accumulated in registers over the band's sweep (2 x 8 accumulator tiles of 16 x 8: D <= 64),
 #     written once at the end with the row sums (``2 (rows x - acc)``);
@@ -1989,31 +1991,6 @@ def _split2(v0, v1):
     return (h0, h1), (v0 - h0, v1 - h1)
 
 
-def _compiler_fence_intrinsic():
-    """An empty inline asm with a memory clobber: no instruction, but the compiler moves no
-    memory access across it."""
-    from llvmlite import ir
-    from numba.core import types
-    from numba.core.extending import intrinsic
-
-    @intrinsic
-    def fence(typingctx):
-        def codegen(context, builder, signature, args):
-            builder.asm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}", [], True)
-            return context.get_dummy_value()
-
-        return types.void(), codegen
-
-    return fence
-
-
-def _compiler_fence_sim():
-    pass
-
-
-_compiler_fence = _compiler_fence_sim if SIMULATED else _compiler_fence_intrinsic()
-
-
 @_device
 def _split4(v):
     """:func:`_split2` of a fragment of four values."""
@@ -2045,15 +2022,8 @@ def _cp_async_intrinsic():
     @intrinsic
     def cp_async(typingctx, S, i, A, j):
         def codegen(context, builder, signature, args):
-            from numba.core import cgutils
-
-            def ptr(k):
-                aryty = signature.args[k]
-                ary = context.make_array(aryty)(context, builder, args[k])
-                idx = [args[k + 1]]
-                return cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
-
-            dst, src = ptr(0), ptr(2)
+            _, dst = _item_pointer(context, builder, signature, args)
+            _, src = _item_pointer(context, builder, signature, args, 2)
             i64 = ir.IntType(64)
             builder.asm(
                 ir.FunctionType(ir.VoidType(), [i64, i64]),
@@ -2160,9 +2130,6 @@ def _gy_chunk_gpu(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
     column sums of E."""
     for n in range(SWEEP_NT):
         if n < nt:
-            # (the tile's fragments are the same for every n: hoisted out of this loop, they
-            # took 64 more registers, 250 in all; reloading them costs LDS instead)
-            _compiler_fence()
             c0 = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
             c1 = c0
             for kk in range(TB // 8):
