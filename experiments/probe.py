@@ -10,8 +10,9 @@ come from ``python -m experiments.run``.  ``--host``: the host time of each piec
 training step; ``--memory``: a step's peak memory split into forward and backward;
 ``--profile [N]``: cProfile and torch.profiler of one (N = 128 unless given); ``--steady``:
 host time of a synchronised step's forward and backward calls against its wall time (N = 512,
-1024); ``--bscan``: time against batch size at N = 1024; ``--ncu``: a few steps at B = 32,
-N = 1024 to run under Nsight Compute (``--ncu-band``: one band's forward, B = 1, N = 32, M = 8192);
+1024); ``--bscan``: time against batch size at N = 1024; ``--ncu [N] [--dim D]``: a few steps
+at B = 32, N = 1024 (D = 64) unless given, to run under Nsight Compute (``--ncu-band``: one
+band's forward, B = 1, N = 32, M = 8192);
 ``--hostsplit [N]``: host time of each launcher function in a step (B = 32, N = 512 or N),
 and from the step's start to its first launch; ``--graphsplit [N]``: the same step once the
 library replays its graph, host and GPU time between the step's start, the copies, the replay,
@@ -40,7 +41,7 @@ unfused one and the first fused forward without gradients (B = 32, N = M = 512, 
 compiling or loading its kernels, then a second fused step, with the kernel cache's hits and
 misses (run it twice in fresh processes, and with ``SDTW_KERNEL_CACHE=0``, to see what the
 on-disk cache saves);
-``SDTW_TIMING=1 ... --lag``: from per-block timer stamps (``sdtw.cuda._kernels.TIMING``),
+``SDTW_TIMING=1 ... --lag [--dim D]``: from per-block timer stamps (``sdtw.cuda._kernels.TIMING``),
 how far each band runs behind the one it reads from, and the time per step.
 """
 
@@ -471,7 +472,8 @@ def bscan(N: int = 1024, D: int = 64) -> None:
 
 def ncu_case(N: int = 1024, B: int = 32, D: int = 64) -> None:
     """Three fused training steps and three unfused no-gradient forwards at one config, for
-    ``ncu`` (profile the last of each kernel: ``--launch-skip``)."""
+    ``ncu`` (profile the last of each kernel: ``--launch-skip``); ``--ncu [N] [--dim D]``
+    (with ``SDTW_SWEEP_GRADS=1``, the steps take the in-sweep gradients)."""
     x = torch.randn(B, N, D, device="cuda", requires_grad=True)
     y = torch.randn(B, N, D, device="cuda")
     cost = torch.rand(B, N, N, device="cuda")
@@ -1052,7 +1054,7 @@ def main() -> None:
         "--memory": (memory, False),
         "--bscan": (bscan, False),
         "--ncu-band": (ncu_band_case, False),
-        "--ncu": (ncu_case, False),
+        "--ncu": (ncu_case, True),
         "--kernels": (kernels, True),
         "--graphs": (graphs, True),
         "--mover": (mover_ab, True),
@@ -1066,6 +1068,8 @@ def main() -> None:
     for flag, (probe, takes_n) in modes.items():
         if flag in sys.argv:
             kwargs = number_after(flag) if takes_n else {}
+            if flag in ("--ncu", "--lag") and "--dim" in sys.argv:
+                kwargs["D"] = int(sys.argv[sys.argv.index("--dim") + 1])
             if flag in ("--kernels", "--nograd") and "--float64" in sys.argv:
                 kwargs["dtype"] = torch.float64
             probe(**kwargs)

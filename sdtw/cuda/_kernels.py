@@ -1896,8 +1896,12 @@ SWEEP_NT = SWEEP_MAX_D // 8  # (feature tiles)
 
 
 def _tf32_intrinsic():
-    """``tf32(x)``: ``x`` rounded to TF32 (``cvt.rna.tf32.f32``: 10 mantissa bits, to
-    nearest, ties away), as a float32."""
+    """``tf32(x)``: ``x`` rounded to TF32 (10 mantissa bits, to nearest, ties away: the
+    rounding of ``cvt.rna.tf32.f32``) as a float32, by two integer operations on its bits
+    (half a TF32 unit added to the magnitude, the low 13 bits cleared): ``cvt.rna`` itself
+    compiles to a sequence that also handles NaN and infinity (offline SASS: FSETP and SEL
+    around it), which E, x and y never hold.  Only float32 values within a TF32 unit of the
+    largest would round differently (to infinity)."""
     from llvmlite import ir
     from numba.core import types
     from numba.core.extending import intrinsic
@@ -1907,10 +1911,10 @@ def _tf32_intrinsic():
         def codegen(context, builder, signature, args):
             i32 = ir.IntType(32)
             r = builder.asm(
-                ir.FunctionType(i32, [ir.FloatType()]),
-                "cvt.rna.tf32.f32 $0, $1;",
-                "=r,f",
-                [args[0]],
+                ir.FunctionType(i32, [i32]),
+                "{ .reg .b32 t; add.u32 t, $1, 4096; and.b32 $0, t, -8192; }",
+                "=r,r",
+                [builder.bitcast(args[0], i32)],
                 False,
             )
             return builder.bitcast(r, ir.FloatType())
@@ -1975,15 +1979,6 @@ tf32 = _tf32_sim if SIMULATED else _tf32_intrinsic()
 
 
 @_device
-def _mma3(ah, al, bh, bl, c):
-    """``c += A B`` for TF32-split operands (``A = ah + al``, ``B = bh + bl``; fragments as
-    tuples): ``al bh + ah bl + ah bh``, the small products first (3xTF32; ``al bl`` dropped)."""
-    c = _tmma(al[0], al[1], al[2], al[3], bh[0], bh[1], c[0], c[1], c[2], c[3])
-    c = _tmma(ah[0], ah[1], ah[2], ah[3], bl[0], bl[1], c[0], c[1], c[2], c[3])
-    return _tmma(ah[0], ah[1], ah[2], ah[3], bh[0], bh[1], c[0], c[1], c[2], c[3])
-
-
-@_device
 def _split2(v0, v1):
     """TF32 high parts and float32 remainders of two values."""
     h0 = tf32(v0)
@@ -2011,10 +2006,11 @@ SW = SWEEP_MAX_D + 8  # staged rows of x and y: the fragment loads conflict-free
 TSW = TB * SW
 
 
-def _cp_async_intrinsic():
-    """``cp_async(S, i, A, j)``: ``S[i] = A[j]`` (float32; ``S`` in shared, ``A`` in global
-    memory) as an asynchronous copy (``cp.async.ca.shared.global``, 4 bytes): no register
-    holds the value, and the issuing thread goes on until :func:`cp_wait`."""
+def _cp_async_intrinsic(size: int):
+    """``cp_async(S, i, A, j)``: ``S[i .. i + n) = A[j .. j + n)`` (float32, ``n = size // 4``;
+    ``S`` in shared, ``A`` in global memory, both addresses ``size``-byte aligned) as an
+    asynchronous copy (``cp.async.ca.shared.global``, ``size`` bytes): no register holds the
+    values, and the issuing thread goes on until :func:`cp_wait`."""
     from llvmlite import ir
     from numba.core import types
     from numba.core.extending import intrinsic
@@ -2028,7 +2024,7 @@ def _cp_async_intrinsic():
             builder.asm(
                 ir.FunctionType(ir.VoidType(), [i64, i64]),
                 "{ .reg .u64 s, g; cvta.to.shared.u64 s, $0; cvta.to.global.u64 g, $1; "
-                "cp.async.ca.shared.global [s], [g], 4; }",
+                f"cp.async.ca.shared.global [s], [g], {size}; }}",
                 "l,l",
                 [builder.ptrtoint(dst, i64), builder.ptrtoint(src, i64)],
                 True,
@@ -2064,47 +2060,101 @@ def _cp_async_sim(S, i, A, j):
     S[i] = A[j]
 
 
+def _cp_async4_sim(S, i, A, j):
+    for q in range(4):
+        S[i + q] = A[j + q]
+
+
 def _cp_wait_sim():
     pass
 
 
-cp_async = _cp_async_sim if SIMULATED else _cp_async_intrinsic()
+cp_async = _cp_async_sim if SIMULATED else _cp_async_intrinsic(4)
+cp_async4 = _cp_async4_sim if SIMULATED else _cp_async_intrinsic(16)
 cp_wait = _cp_wait_sim if SIMULATED else _cp_wait_intrinsic()
+#: The staged rows' alignment: 16 bytes for :data:`cp_async4` (the simulator takes none).
+SW_ALIGN = None if SIMULATED else 16
 
 
 @_device
 def _cp_rows(S, A, o, step, cl, D, lane):
     """The gradient warp's copies of 32 rows of x or y into the staged rows ``S`` (row stride
-    ``SW``, by :func:`cp_async`): row ``k`` is ``o + step k`` clamped to ``cl`` (at most ``cl``
-    for ``step > 0``, at least for ``step < 0``: a real row, whose products with E's zeros
-    vanish), features ``lane`` and ``lane + 32`` (clamped to ``D - 1``)."""
-    f0 = min(lane, D - 1)
-    f1 = min(lane + TB, D - 1)
-    for k in range(TB):
-        r = o + step * k
-        r = min(r, cl) if step > 0 else max(r, cl)
-        row = u32(r * D)
-        cp_async(S, uint32(k * SW + lane), A, row + f0)
-        cp_async(S, uint32(k * SW + lane + TB), A, row + f1)
+    ``SW``, by :func:`cp_async`), a row per lane: lane ``k`` copies row ``o + step k`` clamped
+    to ``cl`` (at most ``cl`` for ``step > 0``, at least for ``step < 0``: a real row, whose
+    products with E's zeros vanish), its ``D`` features; 16 bytes a copy where ``D`` is a
+    multiple of 4 (``A``'s rows then 16-byte aligned: the launcher's ``x`` and ``y`` are),
+    else 4.  Features past ``D`` are left as they are: they only meet output columns that
+    are never stored."""
+    r = o + step * lane
+    r = min(r, cl) if step > 0 else max(r, cl)
+    src = u32(r * D)
+    dst = uint32(lane * SW)
+    if D & 3 == 0:
+        for q in range(D >> 2):
+            f = uint32(4 * q)
+            cp_async4(S, dst + f, A, src + f)
+    else:
+        for f in range(D):
+            cp_async(S, uint32(dst + f), A, src + f)
+
+
+@_device
+def _mma_acc(acc, a, n, A, b0, b1):
+    """``acc[a, n] += A B`` (one TF32 mma, :func:`_mma_intrinsic`)."""
+    c0, c1, c2, c3 = acc[a, n, 0], acc[a, n, 1], acc[a, n, 2], acc[a, n, 3]
+    acc[a, n, 0], acc[a, n, 1], acc[a, n, 2], acc[a, n, 3] = _tmma(
+        A[0], A[1], A[2], A[3], b0, b1, c0, c1, c2, c3
+    )
+
+
+@_device
+def _mma3_group(acc, n0, ah0, al0, ah1, al1, bh, bl):
+    """``acc[a, n0 + n] += A_a B_n`` for TF32-split operands (``A = ah + al``, ``B = bh + bl``):
+    ``al bh + ah bl + ah bh``, the small products first (3xTF32; ``al bl`` dropped), of the row
+    halves' A fragments ``a`` and four B fragments (``bh[n]``, ``bl[n]``), by kind: eight
+    independent mma between two on the same accumulator.  (The three products of one
+    accumulator one after another, each waiting for the last, left the tensor cores idle:
+    offline SASS, HMMA pairs and NOPs; runs 124-128, the backward 3.5-4x the one that writes E.)"""
+    for n in range(4):
+        _mma_acc(acc, 0, n0 + n, al0, bh[n, 0], bh[n, 1])
+        _mma_acc(acc, 1, n0 + n, al1, bh[n, 0], bh[n, 1])
+    for n in range(4):
+        _mma_acc(acc, 0, n0 + n, ah0, bl[n, 0], bl[n, 1])
+        _mma_acc(acc, 1, n0 + n, ah1, bl[n, 0], bl[n, 1])
+    for n in range(4):
+        _mma_acc(acc, 0, n0 + n, ah0, bh[n, 0], bh[n, 1])
+        _mma_acc(acc, 1, n0 + n, ah1, bh[n, 0], bh[n, 1])
+
+
+@_device
+def _split_b4(S, sb, bh, bl):
+    """The B fragments of four 8-feature tiles of the staged rows ``S`` (the lane's
+    ``[t, g]`` of tile ``n`` at ``S[sb + 8 n]``, ``[t + 4, g]`` ``4 SW`` on), split."""
+    for n in range(4):
+        (h0, h1), (l0, l1) = _split2(S[sb + 8 * n], S[sb + 4 * SW + 8 * n])
+        bh[n, 0] = h0
+        bh[n, 1] = h1
+        bl[n, 0] = l0
+        bl[n, 1] = l1
 
 
 def _gx_chunk_gpu(TH, tb, YS, nt, acc, g, t):
     """``acc += tile (rows x positions) @ y (positions x features)`` for one chunk: the lane's
-    accumulators ``acc[a, n]`` of rows ``16 a + g (+ 8)``, features ``8 n + 2 t (+ 1)``.
-    ``YS``: the chunk's rows of y by position (staged; positions past the table hold a real
-    row, and the tile zeros there); features past ``D`` are never stored."""
+    accumulators ``acc[a, n]`` of rows ``16 a + g (+ 8)``, features ``8 n + 2 t (+ 1)``, four
+    feature tiles at a time (:func:`_mma3_group`).  ``YS``: the chunk's rows of y by position
+    (staged; positions past the table hold a real row, and the tile zeros there); features
+    past ``D`` hold whatever was there and only reach accumulators that are never stored."""
+    bh = cuda.local.array((4, 2), float32)
+    bl = cuda.local.array((4, 2), float32)
     for kk in range(TB // 8):
         base = uint32(tb + g * TS + 8 * kk + t)
         ah0, al0 = _split4(_tfrag(TH, base, TS, 1))
         ah1, al1 = _split4(_tfrag(TH, base + 16 * TS, TS, 1))
         yb = uint32((8 * kk + t) * SW + g)
-        for n in range(SWEEP_NT):
-            if n < nt:
-                bh, bl = _split2(YS[yb + 8 * n], YS[yb + 4 * SW + 8 * n])
-                c = (acc[0, n, 0], acc[0, n, 1], acc[0, n, 2], acc[0, n, 3])
-                acc[0, n, 0], acc[0, n, 1], acc[0, n, 2], acc[0, n, 3] = _mma3(ah0, al0, bh, bl, c)
-                c = (acc[1, n, 0], acc[1, n, 1], acc[1, n, 2], acc[1, n, 3])
-                acc[1, n, 0], acc[1, n, 1], acc[1, n, 2], acc[1, n, 3] = _mma3(ah1, al1, bh, bl, c)
+        for h in range(SWEEP_NT // 4):
+            if 4 * h < nt:
+                _split_b4(YS, yb + 32 * h, bh, bl)
+                _mma3_group(acc, 4 * h, ah0, al0, ah1, al1, bh, bl)
 
 
 def _gx_chunk_sim(TH, tb, YS, nt, acc, g, t):
@@ -2125,24 +2175,31 @@ def _gx_chunk_sim(TH, tb, YS, nt, acc, g, t):
 def _gy_chunk_gpu(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
     """``g_y[j] += 2 (cols_j y_j - sum_r tile[r, p] x_r)`` over this chunk's positions ``p``
     (column ``j = jtop - p``) and the band's rows ``r`` (``XS``: staged, rows past the band's
-    last a copy of it, which the tile's zeros multiply), one 8-feature tile at a time, by
-    float32 atomics into ``GYp`` (this pair's g_y, flat, zeroed).  ``CS[cb + p]``: the band's
-    column sums of E."""
-    for n in range(SWEEP_NT):
-        if n < nt:
-            c0 = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
-            c1 = c0
+    last a copy of it, which the tile's zeros multiply), four 8-feature tiles at a time (the
+    tile's fragments loaded and split once for the four; :func:`_mma3_group`), by float32
+    atomics into ``GYp`` (this pair's g_y, flat, zeroed).  ``CS[cb + p]``: the band's column
+    sums of E."""
+    cy = cuda.local.array((2, 4, 4), float32)
+    bh = cuda.local.array((4, 2), float32)
+    bl = cuda.local.array((4, 2), float32)
+    for h in range(SWEEP_NT // 4):
+        if 4 * h < nt:
+            for a in range(2):
+                for n in range(4):
+                    for q in range(4):
+                        cy[a, n, q] = float32(0.0)
             for kk in range(TB // 8):
                 # the tile's transpose as A: element [p, r] at T[r, p]
                 base = uint32(tb + (8 * kk + t) * TS + g)
-                xb = uint32((8 * kk + t) * SW + 8 * n + g)
-                bh, bl = _split2(XS[xb], XS[xb + 4 * SW])
-                ah, al = _split4(_tfrag(TH, base, 1, TS))
-                c0 = _mma3(ah, al, bh, bl, c0)
-                ah, al = _split4(_tfrag(TH, base + 16, 1, TS))
-                c1 = _mma3(ah, al, bh, bl, c1)
-            _gy_out(CS, cb, YS, GYp, jtop, D, n, g, t, 0, c0)
-            _gy_out(CS, cb, YS, GYp, jtop, D, n, g, t, 16, c1)
+                ah0, al0 = _split4(_tfrag(TH, base, 1, TS))
+                ah1, al1 = _split4(_tfrag(TH, base + 16, 1, TS))
+                _split_b4(XS, uint32((8 * kk + t) * SW + 32 * h + g), bh, bl)
+                _mma3_group(cy, 0, ah0, al0, ah1, al1, bh, bl)
+            for n in range(4):
+                if 4 * h + n < nt:
+                    for a in range(2):
+                        c = (cy[a, n, 0], cy[a, n, 1], cy[a, n, 2], cy[a, n, 3])
+                        _gy_out(CS, cb, YS, GYp, jtop, D, 4 * h + n, g, t, 16 * a, c)
 
 
 @_device
@@ -2457,8 +2514,8 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = F
                     for n in range(SWEEP_NT):
                         for q in range(4):
                             acc[a, n, q] = float32(0.0)
-                XS = cuda.shared.array(TSW, float32)
-                YS = cuda.shared.array(TSW, float32)
+                XS = cuda.shared.array(TSW, float32, alignment=SW_ALIGN)
+                YS = cuda.shared.array(TSW, float32, alignment=SW_ALIGN)
                 Xp = band_view(X, (b * N + i0) * D)  # the band's rows of x
                 Yp = band_view(Y, b * M * D)  # this pair's y
                 GYp = band_view(GY, b * M * D)

@@ -644,6 +644,12 @@ def sweep_grads(x: torch.Tensor) -> bool:
     return backward_mover()
 
 
+def _aligned16(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (contiguous), or a copy of it where its data does not start on 16 bytes (a view
+    with an offset; new allocations are aligned far beyond that)."""
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
 def backward_grads(
     P: torch.Tensor, x: torch.Tensor, y: torch.Tensor, Gb: _View | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -657,6 +663,8 @@ def backward_grads(
     D = x.shape[2]
     dev = P.device
     nb = -(-N // K.TB)
+    if D % 4 == 0:  # (the gradient warp then copies their rows 16 bytes at a time)
+        x, y = _aligned16(x), _aligned16(y)
     if Gb is None:
         (Gb,) = _boundary(B, nb, M, dev)
     gx = torch.empty_like(x)
