@@ -633,12 +633,12 @@ def sweep_grads(x: torch.Tensor) -> bool:
     float32 with ``D <= 64`` (the gradient warp's accumulators) and the backward's mover
     variant (whose third warp computes them; on a GPU, or forced under the simulator).
 
-    Not the default because it measured slower on the H200 (``probe --sweepab``, run 124 of
-    ``probe-dev.txt``; B = 32, whole-step CUDA-graph replays, fused): 746 against 498 us at
-    N = 512, 1791 against 1165 at N = 1024, 5700 against 3652 at N = 2048 (D = 64), and
-    585 against 431 us at N = 512 with D = 1; the backward kernel alone 413 against 103 us
-    (+ 59 for the gradients from E) at N = 512.  Its gradients are as accurate (4e-8 to
-    6e-8 against float64 at gamma 1 .. 1e-3, B = 4, N = 512, D = 64, as from E)."""
+    Not the default because it measured slower on the H200 (``probe --sweepab``, run 129 of
+    ``probe-dev.txt``, 907bc38; B = 32, whole-step CUDA-graph replays, fused): 656 against
+    497 us at N = 512 and 4864 against 3648 at N = 2048 (D = 64); 491 against 448 and 2981
+    against 2943 with D = 1; the backward kernel alone 319 against 105 us (+ 59 for the
+    gradients from E) at N = 512, D = 64.  Its gradients are as accurate (4e-8 to 6e-8
+    against float64 at gamma 1 .. 1e-3, B = 4, N = 512, D = 64, as from E)."""
     if x.dtype != torch.float32 or x.shape[2] > K.SWEEP_MAX_D or not FORCE_SWEEP_GRADS:
         return False
     return backward_mover()

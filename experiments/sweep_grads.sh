@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The in-sweep gradients (SDTW_SWEEP_GRADS=1; see "Gradients in the backward's sweep" in the
+# README) on the GPU, in one device call.
+# Usage: bash experiments/sweep_grads.sh check|ncu   (OUT: where logs go; default a temp dir)
+#   check: their GPU tests (pytest -m cuda -k sweep), each band's pace with them forced
+#          (SDTW_TIMING=1 probe --lag --dim D, D = 64 and 1), and probe --sweepab at N = 512
+#          and 2048 (whole-step replays, kernel times and errors, in the sweep against from E);
+#          about 3 minutes on the H200 (run 129).
+#   ncu:   Nsight Compute (--clock-control none) on the third backward of probe --ncu 512
+#          --dim D (D = 1 and 64) with the gradients in the sweep: OUT/sweep1-n512-dD-sass.csv,
+#          the source page (SASS, warp-stall samples per instruction), and the main stall
+#          counts printed; about 40 s (run 130).
+set -u
+mode=${1:?usage: sweep_grads.sh check|ncu}
+OUT=${OUT:-$(mktemp -d)}
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name --format=csv,noheader
+date -u
+drop='warn\(errors|_warn_once|Profiler clears events'
+case $mode in
+check)
+    timeout 200 python3 -m pytest -q -m cuda tests/test_cuda.py -k sweep > "$OUT/tests-sweep.log" 2>&1
+    echo "tests rc=$?"
+    tail -1 "$OUT/tests-sweep.log"
+    for d in 64 1; do
+        echo "== lag D=$d"
+        SDTW_TIMING=1 SDTW_SWEEP_GRADS=1 timeout 100 python3 -m experiments.probe --lag --dim $d 2>&1 \
+            | grep -E "B=32 N=512 .*backward|B=32 N=1024 fused=True backward|rror"
+    done
+    for n in 512 2048; do
+        echo "== sweepab $n"
+        timeout 170 python3 -m experiments.probe --sweepab $n 2>&1 | grep -v -E "$drop"
+    done
+    ;;
+ncu)
+    sections="--section SpeedOfLight --section WarpStateStats --section SchedulerStats
+        --section Occupancy --section LaunchStats --section SourceCounters --section InstructionStats"
+    for d in 1 64; do
+        tag=sweep1-n512-d$d
+        rep=$(mktemp -u)
+        # shellcheck disable=SC2086
+        SDTW_SWEEP_GRADS=1 timeout 200 ncu --clock-control none -k regex:backward --launch-skip 2 \
+            --launch-count 1 $sections -o "$rep" python3 -m experiments.probe --ncu 512 --dim $d \
+            > "$OUT/$tag.log" 2>&1
+        echo "$tag rc=$?"
+        ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$OUT/$tag-sass.csv" 2>&1
+        ncu -i "$rep.ncu-rep" --print-details all 2>&1 \
+            | grep -E "Duration|Registers Per|Warp Cycles Per Issued|Stall (Barrier|Long|Wait|Short|No Inst)" \
+            | sort -u
+    done
+    ;;
+*)
+    echo "unknown mode: $mode (check or ncu)" >&2
+    exit 2
+    ;;
+esac
