@@ -11,7 +11,7 @@
 # Each step has a time limit (seconds: SDTW_T_TESTS, SDTW_T_SANITIZER per tool, SDTW_T_PROBE,
 # SDTW_T_SWEEPS in all); a step cut short says so in its log.  SDTW_SKIP_TESTS=1 runs only the
 # sweeps; SDTW_SKIP_CHECKS=1 skips the sanitizer and the probes (tests, then sweeps);
-# SDTW_SKIP_SYNCCHECK=1 leaves out synccheck alone (one process per sanitize_case case, 18 of
+# SDTW_SKIP_SYNCCHECK=1 leaves out synccheck alone (one process per sanitize_case case, 23 of
 # them, ~10 s each on the H200, run 115; racecheck runs one process per case too); extra
 # run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused", adding
 # "--impl sdtw-fused-graph --impl sdtw-unfused-graph" for the CUDA-graph rows of targets and

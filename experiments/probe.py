@@ -27,8 +27,9 @@ file per case in OUTDIR;
 N = 512, 1024, 2048 or N);
 ``--nograd [N] [--float64]``: the forward without gradients, fused and unfused (B = 32,
 D = 64, N = 512, 1024, 2048 or N), with the sum of its values;
-``--sweepab [N]``: the float32 gradients from the backward's sweep against those from E,
-alternated in one process (graph replays, eager steps, kernel times, errors, peak memory);
+``--sweepab [N] [--dims 1,16,64]``: the float32 gradients from the backward's sweep against
+those from E, alternated in one process (graph replays, eager steps, kernel times, errors,
+peak memory; D = 64 and 1 or the dims given);
 ``--mover [N]``: whole-step CUDA-graph replays of a fused float32 training step with the mover
 variants off, on in the forward, and on in the forward and the backward, in turn in one
 process (B = 32, D = 64, N = 512 or N);
@@ -668,15 +669,17 @@ def mover_ab(N: int = 512, B: int = 32, D: int = 64, reps: int = 60) -> None:
         )
 
 
-def sweep_ab(N: int | None = None, B: int = 32, reps: int = 40) -> None:
+def sweep_ab(
+    N: int | None = None, B: int = 32, reps: int = 40, dims: tuple[int, ...] = (64, 1)
+) -> None:
     """The float32 gradients wrt x and y from the backward's sweep (its gradient warp, E never
     written) against those from E (the Triton or cuBLAS kernels after the backward), in one
-    process (``sdtw.cuda._launch.FORCE_SWEEP_GRADS`` True / False): for B = 32, D in 64 and
-    1, N = M in 512, 1024, 2048 (or N), fused and unfused, whole-step CUDA-graph replays and
-    eager synchronised steps (the library's graphs off: the kernels' launches included),
-    alternated ``reps`` times (the first 5 of each dropped); then each kernel's GPU time in a
-    step (torch.profiler) and the gradients' errors against float64 (B = 4, N = 512, D = 64,
-    gamma 1 .. 1e-3)."""
+    process (``sdtw.cuda._launch.FORCE_SWEEP_GRADS`` True / False): for B = 32, D in ``dims``
+    (``--dims 1,16,64``; default 64 and 1), N = M in 512, 1024, 2048 (or N), fused and
+    unfused, whole-step CUDA-graph replays and eager synchronised steps (the library's graphs
+    off: the kernels' launches included), alternated ``reps`` times (the first 5 of each
+    dropped); then each kernel's GPU time in a step (torch.profiler, at each D) and the
+    gradients' errors against float64 (B = 4, N = 512, D = 64, gamma 1 .. 1e-3)."""
     import sdtw.cuda
     from experiments.impls import FORWARD_BACKWARD, IMPLS
     from experiments.run import _graph_step
@@ -684,7 +687,7 @@ def sweep_ab(N: int | None = None, B: int = 32, reps: int = 40) -> None:
 
     sdtw.cuda.set_graphs(False)
     sizes = (N,) if N is not None else (512, 1024, 2048)
-    for D in (64, 1):
+    for D in dims:
         for n in sizes:
             x = torch.randn(B, n, D, device="cuda")
             y = torch.randn(B, n, D, device="cuda")
@@ -723,11 +726,13 @@ def sweep_ab(N: int | None = None, B: int = 32, reps: int = 40) -> None:
                     f"sweep {med['eager', True]:.1f} / from E {med['eager', False]:.1f} us",
                     flush=True,
                 )
-    for n in sizes:
-        for sweep in (True, False):
-            _launch.FORCE_SWEEP_GRADS = sweep
-            print(f"-- kernels, gradients {'in the sweep' if sweep else 'from E'}", flush=True)
-            kernels(N=n, B=B)
+    for D in dims:
+        for n in sizes:
+            for sweep in (True, False):
+                _launch.FORCE_SWEEP_GRADS = sweep
+                where = "in the sweep" if sweep else "from E"
+                print(f"-- kernels, gradients {where}", flush=True)
+                kernels(N=n, B=B, D=D)
     _launch.FORCE_SWEEP_GRADS = None
     x = torch.randn(4, 512, 64, device="cuda")
     y = torch.randn(4, 512, 64, device="cuda")
@@ -1070,6 +1075,9 @@ def main() -> None:
             kwargs = number_after(flag) if takes_n else {}
             if flag in ("--ncu", "--lag") and "--dim" in sys.argv:
                 kwargs["D"] = int(sys.argv[sys.argv.index("--dim") + 1])
+            if flag == "--sweepab" and "--dims" in sys.argv:
+                dims = sys.argv[sys.argv.index("--dims") + 1]
+                kwargs["dims"] = tuple(int(d) for d in dims.split(","))
             if flag in ("--kernels", "--nograd") and "--float64" in sys.argv:
                 kwargs["dtype"] = torch.float64
             probe(**kwargs)

@@ -60,10 +60,17 @@ def cases(only_mover: bool = False) -> list[Case]:
             shapes.append((True, 20, torch.float32, True))
         out += [Case(busy, two, *s) for s in shapes]
     # the gradients from the backward's sweep (opt-in; its gradient warp), last so that the
-    # other cases keep their numbers
+    # other cases keep their numbers; D = 20, 5, 12, 44: each of its variants by feature
+    # tiles (sdtw.cuda._kernels.sweep_tiles: 4, 1, 2, 8), 16-byte copies and 4-byte ones
     out += [
-        Case(busy, True, fused, 20, torch.float32, False, True)
-        for busy, fused in ((False, True), (True, False))
+        Case(busy, True, fused, D, torch.float32, False, True)
+        for busy, fused, D in (
+            (False, True, 20),
+            (True, False, 20),
+            (True, True, 5),
+            (False, True, 12),
+            (True, True, 44),
+        )
     ]
     return out
 

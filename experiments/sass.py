@@ -82,6 +82,7 @@ KERNELS = {
     "backward32": ("BACKWARD", _backward_sig(True), None),
     "backward32-mover": ("BACKWARD", _backward_sig(True), None),
     "backward32-grads": ("BACKWARD_GRADS", _backward_sig(True), None),
+    "backward32-grads1": ("BACKWARD_GRADS", _backward_sig(True), None),
 }
 #: The key of the kernels stored in a dict (the busy variant: what a GPU runs).
 _KEYS = {
@@ -95,7 +96,8 @@ _KEYS = {
     "forward-tiled32": ("tiled", True, True, True),
     "backward32": (True, True, False),
     "backward32-mover": (True, True, True),
-    "backward32-grads": True,
+    "backward32-grads": (True, 8),
+    "backward32-grads1": (True, 1),
 }
 
 _INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
@@ -212,7 +214,7 @@ def _quick(attr: str, key: object) -> bool:
     if attr == "BACKWARD":
         return key[1] or key[0]
     if attr == "BACKWARD_GRADS":
-        return key
+        return key[0]
     return True
 
 

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # The in-sweep gradients (SDTW_SWEEP_GRADS=1; see "Gradients in the backward's sweep" in the
 # README) on the GPU, in one device call.
-# Usage: bash experiments/sweep_grads.sh check|ncu   (OUT: where logs go; default a temp dir)
+# Usage: bash experiments/sweep_grads.sh check|sanitize|ncu   (OUT: where logs go; default a
+# temp dir)
 #   check: their GPU tests (pytest -m cuda -k sweep), each band's pace with them forced
 #          (SDTW_TIMING=1 probe --lag --dim D, D = 64 and 1), and probe --sweepab at N = 512
-#          and 2048 (whole-step replays, kernel times and errors, in the sweep against from E);
-#          about 3 minutes on the H200 (run 129).
+#          (D = 1, 8, 16, 32, 64: every variant of the gradient warp) and 2048 (D = 1, 16, 64)
+#          (whole-step replays, kernel times and errors, in the sweep against from E).
+#   sanitize: compute-sanitizer memcheck, racecheck and synccheck on the in-sweep cases of
+#          experiments.sanitize_case (18-22: each variant of the gradient warp), a process
+#          per case and tool.
 #   ncu:   Nsight Compute (--clock-control none) on the third backward of probe --ncu 512
 #          --dim D (D = 1 and 64) with the gradients in the sweep: OUT/sweep1-n512-dD-sass.csv,
 #          the source page (SASS, warp-stall samples per instruction), and the main stall
 #          counts printed; about 40 s (run 130).
 set -u
-mode=${1:?usage: sweep_grads.sh check|ncu}
+mode=${1:?usage: sweep_grads.sh check|sanitize|ncu}
 OUT=${OUT:-$(mktemp -d)}
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -27,9 +31,20 @@ check)
         SDTW_TIMING=1 SDTW_SWEEP_GRADS=1 timeout 100 python3 -m experiments.probe --lag --dim $d 2>&1 \
             | grep -E "B=32 N=512 .*backward|B=32 N=1024 fused=True backward|rror"
     done
-    for n in 512 2048; do
-        echo "== sweepab $n"
-        timeout 170 python3 -m experiments.probe --sweepab $n 2>&1 | grep -v -E "$drop"
+    echo "== sweepab 512"
+    timeout 240 python3 -m experiments.probe --sweepab 512 --dims 1,8,16,32,64 2>&1 | grep -v -E "$drop"
+    echo "== sweepab 2048"
+    timeout 200 python3 -m experiments.probe --sweepab 2048 --dims 1,16,64 2>&1 | grep -v -E "$drop"
+    ;;
+sanitize)
+    cases=$(python3 -m experiments.sanitize_case --list | grep -n "in the sweep" | cut -d: -f2)
+    for k in $cases; do
+        for tool in "memcheck --report-api-errors no" racecheck "synccheck --print-limit 4"; do
+            echo "== $tool, case $k: $(python3 -m experiments.sanitize_case --list | grep "^$k:")"
+            # shellcheck disable=SC2086
+            timeout 120 compute-sanitizer --tool $tool python3 -m experiments.sanitize_case \
+                --case "$k" 2>&1 | grep -E "SUMMARY|Invalid|hazard|Barrier|rror|case ok"
+        done
     done
     ;;
 ncu)

@@ -1345,7 +1345,8 @@ def _check_sweep_grads(monkeypatch, rng, device, cases):
 def test_sim_sweep_grads_match_reference(monkeypatch, rng):
     """:func:`_check_sweep_grads` in the simulator (the gradient warp's twins compute each
     lane's outputs from the same tiles): N != M, lengths 1, one past the band and chunk size
-    (32), D from 1 to 9 (partial 8-feature tiles), band, normalize, fused and unfused."""
+    (32), D from 1 to 40 (partial 8-feature tiles; every variant of :func:`sweep_tiles`),
+    band, normalize, fused and unfused."""
     _check_sweep_grads(
         monkeypatch,
         rng,
@@ -1356,6 +1357,8 @@ def test_sim_sweep_grads_match_reference(monkeypatch, rng):
             (1, 33, 40, 9, 0.01, 4, False, True),
             (2, 1, 33, 1, 1e-3, None, False, False),
             (1, 33, 1, 2, 0.1, None, True, True),
+            (1, 3, 5, 17, 0.1, None, False, True),
+            (2, 4, 3, 40, 1.0, 2, False, True),
         ],
     )
 
@@ -1366,7 +1369,8 @@ def test_sim_sweep_grads_match_reference(monkeypatch, rng):
 def test_gpu_sweep_grads_match_reference(monkeypatch, rng, busy):
     """:func:`_check_sweep_grads` on the GPU (the tensor-core fragments), both handoff
     variants: shapes past every tile (32 rows, 32 positions, 8 features), N != M, D up to
-    64, all gammas of the issue, band, normalize, fused and unfused."""
+    64 (each variant of :func:`sweep_tiles`, full and partial), all gammas of the issue,
+    band, normalize, fused and unfused."""
     from sdtw.cuda import _launch
 
     monkeypatch.setattr(_launch, "FORCE_BUSY", busy)
@@ -1382,6 +1386,11 @@ def test_gpu_sweep_grads_match_reference(monkeypatch, rng, busy):
             (5, 33, 65, 1, 1.0, None, False, False),
             (2, 64, 64, 63, 1e-4, None, False, True),
             (4, 512, 512, 64, 1.0, None, False, False),
+            (2, 100, 97, 12, 0.1, None, False, True),
+            (2, 65, 129, 16, 0.01, None, True, True),
+            (2, 96, 50, 24, 1.0, 7, False, True),
+            (1, 40, 41, 32, 0.1, None, False, False),
+            (2, 70, 33, 33, 1e-3, None, False, True),
         ],
     )
 
@@ -1424,6 +1433,16 @@ def test_sweep_grads_rule(monkeypatch):
     assert not _launch.sweep_grads(f32.double())
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
     assert not _launch.sweep_grads(f32)
+
+
+def test_sweep_tiles():
+    """The gradient warp's variant for D features: the fewest feature tiles of 8 among
+    ``SWEEP_TILES`` that hold them (D = 1 does the products of one tile, not of four)."""
+    from sdtw.cuda import _kernels as K
+
+    got = {D: K.sweep_tiles(D) for D in (1, 8, 9, 16, 17, 32, 33, 64)}
+    assert got == {1: 1, 8: 1, 9: 2, 16: 2, 17: 4, 32: 4, 33: 8, 64: 8}
+    assert K.SWEEP_TILES[-1] * 8 == K.SWEEP_MAX_D
 
 
 def test_sweep_grads_inputs_16_byte_aligned():

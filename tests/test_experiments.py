@@ -600,7 +600,11 @@ def test_sanitizer_cases_cover_every_variant_and_list_without_a_gpu(
     assert all(c.two for c in every if c.tiled)
     assert sum(c.tiled for c in every) == 2
     assert all(c.two and c.dtype == torch.float32 for c in every if c.sweep)
-    assert {(c.busy, c.fused) for c in every if c.sweep} == {(False, True), (True, False)}
+    assert {(c.busy, c.fused) for c in every if c.sweep} == variants - {(False, False)}
+    # every variant of the gradient warp (by feature tiles)
+    from sdtw.cuda import _kernels as K
+
+    assert {K.sweep_tiles(c.D) for c in every if c.sweep} == set(K.SWEEP_TILES)
     assert {c.dtype for c in every} == {torch.float32, torch.float64}
     assert sanitize_case.cases(only_mover=True) == [c for c in every if c.two]
     sanitize_case.main(["--list"])

@@ -1892,7 +1892,15 @@ TT = TB * TS  # one tile
 TT2 = 2 * TT  # the two tiles (by chunk parity)
 TB2 = 2 * TB
 SWEEP_MAX_D = 64  # g_x's accumulators: 2 x 8 tiles of 16 x 8 in registers
-SWEEP_NT = SWEEP_MAX_D // 8  # (feature tiles)
+#: The gradient warp's variants by feature tiles (``D <= 8 nt``; see :func:`_build_sweep`).
+SWEEP_TILES = (1, 2, 4, 8)
+
+
+def sweep_tiles(D: int) -> int:
+    """The in-sweep gradients' variant (:data:`SWEEP_TILES`) for ``D <= SWEEP_MAX_D``
+    features: the fewest feature tiles of 8 that hold them."""
+    nt = (D + 7) // 8
+    return next(n for n in SWEEP_TILES if n >= nt)
 
 
 def _tf32_intrinsic():
@@ -2002,10 +2010,6 @@ def _tfrag(T, base, down, right):
     return (T[base], T[base + 8 * down], T[base + 4 * right], T[base + 8 * down + 4 * right])
 
 
-SW = SWEEP_MAX_D + 8  # staged rows of x and y: the fragment loads conflict-free
-TSW = TB * SW
-
-
 def _cp_async_intrinsic(size: int):
     """``cp_async(S, i, A, j)``: ``S[i .. i + n) = A[j .. j + n)`` (float32, ``n = size // 4``;
     ``S`` in shared, ``A`` in global memory, both addresses ``size``-byte aligned) as an
@@ -2077,28 +2081,6 @@ SW_ALIGN = None if SIMULATED else 16
 
 
 @_device
-def _cp_rows(S, A, o, step, cl, D, lane):
-    """The gradient warp's copies of 32 rows of x or y into the staged rows ``S`` (row stride
-    ``SW``, by :func:`cp_async`), a row per lane: lane ``k`` copies row ``o + step k`` clamped
-    to ``cl`` (at most ``cl`` for ``step > 0``, at least for ``step < 0``: a real row, whose
-    products with E's zeros vanish), its ``D`` features; 16 bytes a copy where ``D`` is a
-    multiple of 4 (``A``'s rows then 16-byte aligned: the launcher's ``x`` and ``y`` are),
-    else 4.  Features past ``D`` are left as they are: they only meet output columns that
-    are never stored."""
-    r = o + step * lane
-    r = min(r, cl) if step > 0 else max(r, cl)
-    src = u32(r * D)
-    dst = uint32(lane * SW)
-    if D & 3 == 0:
-        for q in range(D >> 2):
-            f = uint32(4 * q)
-            cp_async4(S, dst + f, A, src + f)
-    else:
-        for f in range(D):
-            cp_async(S, uint32(dst + f), A, src + f)
-
-
-@_device
 def _mma_acc(acc, a, n, A, b0, b1):
     """``acc[a, n] += A B`` (one TF32 mma, :func:`_mma_intrinsic`)."""
     c0, c1, c2, c3 = acc[a, n, 0], acc[a, n, 1], acc[a, n, 2], acc[a, n, 3]
@@ -2107,153 +2089,187 @@ def _mma_acc(acc, a, n, A, b0, b1):
     )
 
 
-@_device
-def _mma3_group(acc, n0, ah0, al0, ah1, al1, bh, bl):
-    """``acc[a, n0 + n] += A_a B_n`` for TF32-split operands (``A = ah + al``, ``B = bh + bl``):
-    ``al bh + ah bl + ah bh``, the small products first (3xTF32; ``al bl`` dropped), of the row
-    halves' A fragments ``a`` and four B fragments (``bh[n]``, ``bl[n]``), by kind: eight
-    independent mma between two on the same accumulator.  (The three products of one
-    accumulator one after another, each waiting for the last, left the tensor cores idle:
-    offline SASS, HMMA pairs and NOPs; runs 124-128, the backward 3.5-4x the one that writes E.)"""
-    for n in range(4):
-        _mma_acc(acc, 0, n0 + n, al0, bh[n, 0], bh[n, 1])
-        _mma_acc(acc, 1, n0 + n, al1, bh[n, 0], bh[n, 1])
-    for n in range(4):
-        _mma_acc(acc, 0, n0 + n, ah0, bl[n, 0], bl[n, 1])
-        _mma_acc(acc, 1, n0 + n, ah1, bl[n, 0], bl[n, 1])
-    for n in range(4):
-        _mma_acc(acc, 0, n0 + n, ah0, bh[n, 0], bh[n, 1])
-        _mma_acc(acc, 1, n0 + n, ah1, bh[n, 0], bh[n, 1])
+def _sweep_sw(nt_max: int) -> int:
+    """The staged rows' stride for :func:`_build_sweep` ``(nt_max)``: the features and 8 more
+    (4 more words of 8 per row move each lane's fragment loads to their own banks: a stride of
+    8 or 24 mod 32), 8 for one feature tile."""
+    return 8 * nt_max + 8 if nt_max > 1 else 8
 
 
-@_device
-def _split_b4(S, sb, bh, bl):
-    """The B fragments of four 8-feature tiles of the staged rows ``S`` (the lane's
-    ``[t, g]`` of tile ``n`` at ``S[sb + 8 n]``, ``[t + 4, g]`` ``4 SW`` on), split."""
-    for n in range(4):
-        (h0, h1), (l0, l1) = _split2(S[sb + 8 * n], S[sb + 4 * SW + 8 * n])
-        bh[n, 0] = h0
-        bh[n, 1] = h1
-        bl[n, 0] = l0
-        bl[n, 1] = l1
+def _build_sweep(nt_max: int):
+    """The gradient warp's device functions for ``D <= 8 nt_max`` (``nt_max`` in
+    :data:`SWEEP_TILES`): its accumulators are ``(2, nt_max, 4)`` per lane, and its products
+    take ``ng = min(nt_max, 4)`` feature tiles per group (:func:`mma3_group`: ``6 ng``
+    independent mma).  One kernel for every ``D <= 64`` (``nt_max = 8``) did the products of
+    four feature tiles at ``D = 1`` too: 192 mma per chunk where 48 do.  Returns
+    ``(sw, cp_rows, gx_chunk, gy_chunk, gx_out)``; ``sw``: the staged rows' stride."""
+    ng = min(nt_max, 4)
+    sw = _sweep_sw(nt_max)
 
+    @_device
+    def cp_rows(S, A, o, step, cl, D, lane):
+        """The gradient warp's copies of 32 rows of x or y into the staged rows ``S`` (row
+        stride ``sw``, by :func:`cp_async`), a row per lane: lane ``k`` copies row ``o + step
+        k`` clamped to ``cl`` (at most ``cl`` for ``step > 0``, at least for ``step < 0``: a
+        real row, whose products with E's zeros vanish), its ``D`` features; 16 bytes a copy
+        where ``D`` is a multiple of 4 (``A``'s rows then 16-byte aligned: the launcher's
+        ``x`` and ``y`` are), else 4.  Features past ``D`` are left as they are: they only
+        meet output columns that are never stored."""
+        r = o + step * lane
+        r = min(r, cl) if step > 0 else max(r, cl)
+        src = u32(r * D)
+        dst = uint32(lane * sw)
+        if D & 3 == 0:
+            for q in range(D >> 2):
+                f = uint32(4 * q)
+                cp_async4(S, dst + f, A, src + f)
+        else:
+            for f in range(D):
+                cp_async(S, uint32(dst + f), A, src + f)
 
-def _gx_chunk_gpu(TH, tb, YS, nt, acc, g, t):
-    """``acc += tile (rows x positions) @ y (positions x features)`` for one chunk: the lane's
-    accumulators ``acc[a, n]`` of rows ``16 a + g (+ 8)``, features ``8 n + 2 t (+ 1)``, four
-    feature tiles at a time (:func:`_mma3_group`).  ``YS``: the chunk's rows of y by position
-    (staged; positions past the table hold a real row, and the tile zeros there); features
-    past ``D`` hold whatever was there and only reach accumulators that are never stored."""
-    bh = cuda.local.array((4, 2), float32)
-    bl = cuda.local.array((4, 2), float32)
-    for kk in range(TB // 8):
-        base = uint32(tb + g * TS + 8 * kk + t)
-        ah0, al0 = _split4(_tfrag(TH, base, TS, 1))
-        ah1, al1 = _split4(_tfrag(TH, base + 16 * TS, TS, 1))
-        yb = uint32((8 * kk + t) * SW + g)
-        for h in range(SWEEP_NT // 4):
-            if 4 * h < nt:
-                _split_b4(YS, yb + 32 * h, bh, bl)
-                _mma3_group(acc, 4 * h, ah0, al0, ah1, al1, bh, bl)
+    @_device
+    def mma3_group(acc, n0, ah0, al0, ah1, al1, bh, bl):
+        """``acc[a, n0 + n] += A_a B_n`` for TF32-split operands (``A = ah + al``, ``B = bh +
+        bl``): ``al bh + ah bl + ah bh``, the small products first (3xTF32; ``al bl``
+        dropped), of the row halves' A fragments ``a`` and ``ng`` B fragments (``bh[n]``,
+        ``bl[n]``), by kind: ``2 ng`` independent mma between two on the same accumulator.
+        (The three products of one accumulator one after another, each waiting for the last,
+        left the tensor cores idle: offline SASS, HMMA pairs and NOPs; runs 124-128, the
+        backward 3.5-4x the one that writes E.)"""
+        for n in range(ng):
+            _mma_acc(acc, 0, n0 + n, al0, bh[n, 0], bh[n, 1])
+            _mma_acc(acc, 1, n0 + n, al1, bh[n, 0], bh[n, 1])
+        for n in range(ng):
+            _mma_acc(acc, 0, n0 + n, ah0, bl[n, 0], bl[n, 1])
+            _mma_acc(acc, 1, n0 + n, ah1, bl[n, 0], bl[n, 1])
+        for n in range(ng):
+            _mma_acc(acc, 0, n0 + n, ah0, bh[n, 0], bh[n, 1])
+            _mma_acc(acc, 1, n0 + n, ah1, bh[n, 0], bh[n, 1])
 
+    @_device
+    def split_b(S, sb, bh, bl):
+        """The B fragments of ``ng`` 8-feature tiles of the staged rows ``S`` (the lane's
+        ``[t, g]`` of tile ``n`` at ``S[sb + 8 n]``, ``[t + 4, g]`` ``4 sw`` on), split."""
+        for n in range(ng):
+            (h0, h1), (l0, l1) = _split2(S[sb + 8 * n], S[sb + 4 * sw + 8 * n])
+            bh[n, 0] = h0
+            bh[n, 1] = h1
+            bl[n, 0] = l0
+            bl[n, 1] = l1
 
-def _gx_chunk_sim(TH, tb, YS, nt, acc, g, t):
-    """The simulator's twin of :func:`_gx_chunk_gpu` (no warp-collective mma there): the
-    lane's outputs straight from the tile."""
-    for a in range(2):
-        for n in range(nt):
-            for q in range(4):
-                r = 16 * a + g + 8 * (q >> 1)
-                f = 8 * n + 2 * t + (q & 1)
-                s = float32(0.0)
-                for p in range(TB):
-                    e = TH[tb + r * TS + p]
-                    s += e * YS[p * SW + f]
-                acc[a, n, q] += s
+    def gx_chunk_gpu(TH, tb, YS, nt, acc, g, t):
+        """``acc += tile (rows x positions) @ y (positions x features)`` for one chunk: the
+        lane's accumulators ``acc[a, n]`` of rows ``16 a + g (+ 8)``, features ``8 n + 2 t
+        (+ 1)``, ``ng`` feature tiles at a time (:func:`mma3_group`).  ``YS``: the chunk's
+        rows of y by position (staged; positions past the table hold a real row, and the tile
+        zeros there); features past ``D`` hold whatever was there and only reach accumulators
+        that are never stored."""
+        bh = cuda.local.array((ng, 2), float32)
+        bl = cuda.local.array((ng, 2), float32)
+        for kk in range(TB // 8):
+            base = uint32(tb + g * TS + 8 * kk + t)
+            ah0, al0 = _split4(_tfrag(TH, base, TS, 1))
+            ah1, al1 = _split4(_tfrag(TH, base + 16 * TS, TS, 1))
+            yb = uint32((8 * kk + t) * sw + g)
+            for h in range(nt_max // ng):
+                if ng * h < nt:
+                    split_b(YS, yb + 8 * ng * h, bh, bl)
+                    mma3_group(acc, ng * h, ah0, al0, ah1, al1, bh, bl)
 
-
-def _gy_chunk_gpu(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
-    """``g_y[j] += 2 (cols_j y_j - sum_r tile[r, p] x_r)`` over this chunk's positions ``p``
-    (column ``j = jtop - p``) and the band's rows ``r`` (``XS``: staged, rows past the band's
-    last a copy of it, which the tile's zeros multiply), four 8-feature tiles at a time (the
-    tile's fragments loaded and split once for the four; :func:`_mma3_group`), by float32
-    atomics into ``GYp`` (this pair's g_y, flat, zeroed).  ``CS[cb + p]``: the band's column
-    sums of E."""
-    cy = cuda.local.array((2, 4, 4), float32)
-    bh = cuda.local.array((4, 2), float32)
-    bl = cuda.local.array((4, 2), float32)
-    for h in range(SWEEP_NT // 4):
-        if 4 * h < nt:
-            for a in range(2):
-                for n in range(4):
-                    for q in range(4):
-                        cy[a, n, q] = float32(0.0)
-            for kk in range(TB // 8):
-                # the tile's transpose as A: element [p, r] at T[r, p]
-                base = uint32(tb + (8 * kk + t) * TS + g)
-                ah0, al0 = _split4(_tfrag(TH, base, 1, TS))
-                ah1, al1 = _split4(_tfrag(TH, base + 16, 1, TS))
-                _split_b4(XS, uint32((8 * kk + t) * SW + 32 * h + g), bh, bl)
-                _mma3_group(cy, 0, ah0, al0, ah1, al1, bh, bl)
-            for n in range(4):
-                if 4 * h + n < nt:
-                    for a in range(2):
-                        c = (cy[a, n, 0], cy[a, n, 1], cy[a, n, 2], cy[a, n, 3])
-                        _gy_out(CS, cb, YS, GYp, jtop, D, 4 * h + n, g, t, 16 * a, c)
-
-
-@_device
-def _gy_out(CS, cb, YS, GYp, jtop, D, n, g, t, p0, c):
-    """Add the lane's share ``2 (cols y - c)`` of positions ``p0 + g (+ 8)``, features
-    ``8 n + 2 t (+ 1)`` to ``GYp``."""
-    for q in range(4):
-        p = p0 + g + 8 * (q >> 1)
-        f = 8 * n + 2 * t + (q & 1)
-        j = jtop - p
-        if j >= 0 and f < D:
-            val = float32(2.0) * (CS[cb + p] * YS[uint32(p * SW + f)] - c[q])
-            cuda.atomic.add(GYp, u32(j * D + f), val)
-
-
-def _gy_chunk_sim(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
-    """The simulator's twin of :func:`_gy_chunk_gpu`: the lane's outputs from the tile."""
-    for n in range(nt):
+    def gx_chunk_sim(TH, tb, YS, nt, acc, g, t):
+        """The simulator's twin of ``gx_chunk_gpu`` (no warp-collective mma there): the
+        lane's outputs straight from the tile."""
         for a in range(2):
-            c = [float32(0.0)] * 4
-            for q in range(4):
-                p = 16 * a + g + 8 * (q >> 1)
-                f = 8 * n + 2 * t + (q & 1)
-                for r in range(TB):
-                    e = TH[tb + r * TS + p]
-                    c[q] += e * XS[r * SW + f]
-            _gy_out(CS, cb, YS, GYp, jtop, D, n, g, t, 16 * a, (c[0], c[1], c[2], c[3]))
-
-
-gx_chunk = _device(_gx_chunk_sim if SIMULATED else _gx_chunk_gpu)
-gy_chunk = _device(_gy_chunk_sim if SIMULATED else _gy_chunk_gpu)
-
-
-@_device
-def _gx_out(acc, RS, XS, GXp, D, nt, nr1, g, t):
-    """The band's g_x, ``2 (rows x - acc)`` (rows up to ``nr1``, features below ``D``)."""
-    for a in range(2):
-        for n in range(SWEEP_NT):
-            if n < nt:
+            for n in range(nt):
                 for q in range(4):
                     r = 16 * a + g + 8 * (q >> 1)
                     f = 8 * n + 2 * t + (q & 1)
-                    if r <= nr1 and f < D:
-                        v = RS[r] * XS[uint32(r * SW + f)] - acc[a, n, q]
-                        GXp[u32(r * D + f)] = float32(2.0) * v
+                    s = float32(0.0)
+                    for p in range(TB):
+                        e = TH[tb + r * TS + p]
+                        s += e * YS[p * sw + f]
+                    acc[a, n, q] += s
+
+    @_device
+    def gy_out(CS, cb, YS, GYp, jtop, D, n, g, t, p0, c):
+        """Add the lane's share ``2 (cols y - c)`` of positions ``p0 + g (+ 8)``, features
+        ``8 n + 2 t (+ 1)`` to ``GYp``."""
+        for q in range(4):
+            p = p0 + g + 8 * (q >> 1)
+            f = 8 * n + 2 * t + (q & 1)
+            j = jtop - p
+            if j >= 0 and f < D:
+                val = float32(2.0) * (CS[cb + p] * YS[uint32(p * sw + f)] - c[q])
+                cuda.atomic.add(GYp, u32(j * D + f), val)
+
+    def gy_chunk_gpu(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
+        """``g_y[j] += 2 (cols_j y_j - sum_r tile[r, p] x_r)`` over this chunk's positions
+        ``p`` (column ``j = jtop - p``) and the band's rows ``r`` (``XS``: staged, rows past
+        the band's last a copy of it, which the tile's zeros multiply), ``ng`` 8-feature tiles
+        at a time (the tile's fragments loaded and split once for them; :func:`mma3_group`),
+        by float32 atomics into ``GYp`` (this pair's g_y, flat, zeroed).  ``CS[cb + p]``: the
+        band's column sums of E."""
+        cy = cuda.local.array((2, ng, 4), float32)
+        bh = cuda.local.array((ng, 2), float32)
+        bl = cuda.local.array((ng, 2), float32)
+        for h in range(nt_max // ng):
+            if ng * h < nt:
+                for a in range(2):
+                    for n in range(ng):
+                        for q in range(4):
+                            cy[a, n, q] = float32(0.0)
+                for kk in range(TB // 8):
+                    # the tile's transpose as A: element [p, r] at T[r, p]
+                    base = uint32(tb + (8 * kk + t) * TS + g)
+                    ah0, al0 = _split4(_tfrag(TH, base, 1, TS))
+                    ah1, al1 = _split4(_tfrag(TH, base + 16, 1, TS))
+                    split_b(XS, uint32((8 * kk + t) * sw + 8 * ng * h + g), bh, bl)
+                    mma3_group(cy, 0, ah0, al0, ah1, al1, bh, bl)
+                for n in range(ng):
+                    if ng * h + n < nt:
+                        for a in range(2):
+                            c = (cy[a, n, 0], cy[a, n, 1], cy[a, n, 2], cy[a, n, 3])
+                            gy_out(CS, cb, YS, GYp, jtop, D, ng * h + n, g, t, 16 * a, c)
+
+    def gy_chunk_sim(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
+        """The simulator's twin of ``gy_chunk_gpu``: the lane's outputs from the tile."""
+        for n in range(nt):
+            for a in range(2):
+                c = [float32(0.0)] * 4
+                for q in range(4):
+                    p = 16 * a + g + 8 * (q >> 1)
+                    f = 8 * n + 2 * t + (q & 1)
+                    for r in range(TB):
+                        e = TH[tb + r * TS + p]
+                        c[q] += e * XS[r * sw + f]
+                gy_out(CS, cb, YS, GYp, jtop, D, n, g, t, 16 * a, (c[0], c[1], c[2], c[3]))
+
+    @_device
+    def gx_out(acc, RS, XS, GXp, D, nt, nr1, g, t):
+        """The band's g_x, ``2 (rows x - acc)`` (rows up to ``nr1``, features below ``D``)."""
+        for a in range(2):
+            for n in range(nt_max):
+                if n < nt:
+                    for q in range(4):
+                        r = 16 * a + g + 8 * (q >> 1)
+                        f = 8 * n + 2 * t + (q & 1)
+                        if r <= nr1 and f < D:
+                            v = RS[r] * XS[uint32(r * sw + f)] - acc[a, n, q]
+                            GXp[u32(r * D + f)] = float32(2.0) * v
+
+    gx_chunk = _device(gx_chunk_sim if SIMULATED else gx_chunk_gpu)
+    gy_chunk = _device(gy_chunk_sim if SIMULATED else gy_chunk_gpu)
+    return sw, cp_rows, gx_chunk, gy_chunk, gx_out
 
 
-def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = False):
+def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: int = 0):
     """Backward kernel; ``fast`` (float32 weights) stages them in a float32 block; ``busy`` as
     in :func:`_build_forward`.
 
-    ``grads`` (float32, with ``mover``): the gradients wrt x and y in the sweep, E never
-    written (see "In-sweep gradients" above this function): the third warp is the gradient
-    warp, the mover writes E's chunks into its tiles instead of ``P``.
+    ``grads`` (float32, with ``mover``; 0: none): the gradients wrt x and y in the sweep, E
+    never written (see "In-sweep gradients" above this function), for ``D <= 8 grads``
+    (:func:`_build_sweep`): the third warp is the gradient warp, the mover writes E's chunks
+    into its tiles instead of ``P``.
 
     ``mover``: as the forward's (three-warp blocks, a barrier of the first two after every
     group), with *lag groups* for row groups: the band's rows by their lag ``TB - 1 - r``
@@ -2268,6 +2284,10 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = F
     blk_t = float32 if fast else float64
     handoff, flush_rest, poll = _build_handoff(busy)
     assert not grads or (fast and mover), "in-sweep gradients: float32, mover variant"
+    assert not grads or grads in SWEEP_TILES, grads
+    ntm = max(grads, 1)  # (the gradient warp's code, compiled only with grads)
+    sw, cp_rows, gx_chunk, gy_chunk, gx_out = _build_sweep(ntm)
+    tsw = TB * sw
 
     @_device
     def ecell(ev_view, blk, pp, jp, M, r):
@@ -2509,22 +2529,22 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = F
                 g = tid >> 2
                 tq = tid & 3
                 nt = (D + 7) // 8
-                acc = cuda.local.array((2, SWEEP_NT, 4), float32)
+                acc = cuda.local.array((2, ntm, 4), float32)
                 for a in range(2):
-                    for n in range(SWEEP_NT):
+                    for n in range(ntm):
                         for q in range(4):
                             acc[a, n, q] = float32(0.0)
-                XS = cuda.shared.array(TSW, float32, alignment=SW_ALIGN)
-                YS = cuda.shared.array(TSW, float32, alignment=SW_ALIGN)
+                XS = cuda.shared.array(tsw, float32, alignment=SW_ALIGN)
+                YS = cuda.shared.array(tsw, float32, alignment=SW_ALIGN)
                 Xp = band_view(X, (b * N + i0) * D)  # the band's rows of x
                 Yp = band_view(Y, b * M * D)  # this pair's y
                 GYp = band_view(GY, b * M * D)
-                _cp_rows(XS, Xp, 0, 1, nr1, D, tid)  # (rows past nr1: row nr1)
+                cp_rows(XS, Xp, 0, 1, nr1, D, tid)  # (rows past nr1: row nr1)
                 for c in range(nchunks):
                     jtop = M - 1 - c * TW  # the column of the chunk's position 0
                     if jtop >= 0:
                         sync_band()  # (the last chunk's reads of YS done)
-                        _cp_rows(YS, Yp, jtop, -1, 0, D, tid)  # (columns below 0: column 0)
+                        cp_rows(YS, Yp, jtop, -1, 0, D, tid)  # (columns below 0: column 0)
                     _ready_wait()
                     if jtop >= 0:
                         cp_wait()
@@ -2533,7 +2553,7 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: bool = F
                         gx_chunk(TH, tb, YS, nt, acc, g, tq)
                         gy_chunk(TH, tb, CS, (c & 1) * TB, XS, YS, GYp, jtop, D, nt, g, tq)
                     _free_arrive()
-                _gx_out(acc, RS, XS, band_view(GX, (b * N + i0) * D), D, nt, nr1, g, tq)
+                gx_out(acc, RS, XS, band_view(GX, (b * N + i0) * D), D, nt, nr1, g, tq)
             return  # the third warp (see _build_forward)
         if mover and tx >= TB:
             # The mover (warp 1): the ring zeroed (as the one-warp kernel's lanes do, below),
@@ -3025,8 +3045,13 @@ BACKWARD = {
     for busy in (False, True)
     for two in (False, True)
 }
-#: The backward with the gradients wrt x and y in its sweep (float32, mover), by busy.
-BACKWARD_GRADS = {busy: _build_backward(True, busy, True, grads=True) for busy in (False, True)}
+#: The backward with the gradients wrt x and y in its sweep (float32, mover), by (busy, feature
+#: tiles: :func:`sweep_tiles`).
+BACKWARD_GRADS = {
+    (busy, nt): _build_backward(True, busy, True, grads=nt)
+    for busy in (False, True)
+    for nt in SWEEP_TILES
+}
 PARK = _build_park(False)
 PARK32 = _build_park(True)
 #: The same distances as a (B, N, M) cost tensor, by input dtype (float32?): the unfused
@@ -3104,7 +3129,7 @@ def _enable_disk_cache(kernels: dict) -> list[str]:
 #: Every kernel dispatcher of this module by its variant key (the on-disk cache's key).
 KERNELS = {("forward", *k): v for k, v in FORWARD.items()}
 KERNELS.update({("backward", *k): v for k, v in BACKWARD.items()})
-KERNELS.update({("backward-grads", k): v for k, v in BACKWARD_GRADS.items()})
+KERNELS.update({("backward-grads", *k): v for k, v in BACKWARD_GRADS.items()})
 KERNELS.update({("park", False, False): PARK, ("park", True, False): PARK32})
 KERNELS.update({("park", f, True): v for f, v in COST_PARK.items()})
 

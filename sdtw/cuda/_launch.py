@@ -671,7 +671,7 @@ def backward_grads(
     gy = torch.zeros_like(y)  # (the bands add their shares)
     g = _constant((B,), 1.0, P.dtype, dev)
     none = _placeholder((1, 1), P.dtype, dev)  # no sums
-    kern = K.BACKWARD_GRADS[busy()]
+    kern = K.BACKWARD_GRADS[busy(), K.sweep_tiles(D)]
     _launcher(kern)(
         B * nb, K.threads(True), _stream(dev), _flat(P), N, M, g, Gb, none,
         _flat(x), _flat(y), D, _flat(gx), _flat(gy),
