@@ -1418,21 +1418,32 @@ def test_gpu_sweep_grads_paper_case(monkeypatch, rng, gamma):
 
 
 def test_sweep_grads_rule(monkeypatch):
-    """Which eager gradients come from the sweep: only when asked for (it measured slower),
-    then float32 with D <= 64 where the backward takes its mover variant; never float64 or
-    D > 64."""
+    """Which eager gradients come from the sweep: by default float32 with D <= 16 where the
+    backward takes its mover variant; forced on, up to D = 64; forced off, none; never
+    float64 or D > 64, nor without the mover variant."""
     from sdtw.cuda import _launch
 
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
     monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", None)
     f32 = torch.empty(2, 3, 64)
-    assert not _launch.sweep_grads(f32)
+    assert [_launch.sweep_grads(torch.empty(2, 3, d)) for d in (1, 16, 17, 64)] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert not _launch.sweep_grads(torch.empty(2, 3, 16, dtype=torch.float64))
     monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", True)
     assert _launch.sweep_grads(f32)
     assert not _launch.sweep_grads(torch.empty(2, 3, 65))
     assert not _launch.sweep_grads(f32.double())
+    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", False)
+    assert not _launch.sweep_grads(torch.empty(2, 3, 1))
+    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", True)
     monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
     assert not _launch.sweep_grads(f32)
+    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", None)
+    assert not _launch.sweep_grads(torch.empty(2, 3, 1))
 
 
 def test_sweep_tiles():

@@ -180,6 +180,7 @@ def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
         L.FORCE_BUSY,
         L.FORCE_MOVER,
         L.FORCE_BACKWARD_MOVER,
+        L.FORCE_SWEEP_GRADS,
     )
     return (x.shape, y.shape, x.dtype, y.dtype, dev, stream, params, modes)
 

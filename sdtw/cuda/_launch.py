@@ -621,25 +621,39 @@ def backward(
     return P[:, 1], (S if sums else None)
 
 
-#: Force the gradients wrt x and y into the backward's sweep (True) or from E afterwards
-#: (False); None: :func:`sweep_grads`.  ``SDTW_SWEEP_GRADS=0`` / ``1`` sets it at import.
+#: Force the gradients wrt x and y into the backward's sweep (True, for ``D <= 64``) or from E
+#: afterwards (False); None: :func:`sweep_grads`'s rule.  ``SDTW_SWEEP_GRADS=0`` / ``1`` sets it
+#: at import.
 FORCE_SWEEP_GRADS: bool | None = {"0": False, "1": True}.get(os.environ.get("SDTW_SWEEP_GRADS", ""))
+#: The largest D whose float32 gradients come from the sweep by default (the gradient warp's
+#: variants of one and two feature tiles, :func:`sdtw.cuda._kernels.sweep_tiles`).
+SWEEP_DEFAULT_MAX_D = 16
 
 
 def sweep_grads(x: torch.Tensor) -> bool:
     """Whether the eager gradients of the kernels' inputs ``x`` (B, N, D) come from the
     backward kernel's sweep (:func:`backward_grads`: E never written) rather than from E
-    afterwards.  Opt-in (``SDTW_SWEEP_GRADS=1``, or :data:`FORCE_SWEEP_GRADS` = True), for
-    float32 with ``D <= 64`` (the gradient warp's accumulators) and the backward's mover
-    variant (whose third warp computes them; on a GPU, or forced under the simulator).
+    afterwards: float32 with ``D <= 16`` (:data:`SWEEP_DEFAULT_MAX_D`) where the backward takes
+    its mover variant (whose third warp computes them: on a GPU, or forced under the
+    simulator).  :data:`FORCE_SWEEP_GRADS` (``SDTW_SWEEP_GRADS=0`` / ``1``) turns it off, or on
+    up to ``D = 64`` (the gradient warp's accumulators).
 
-    Not the default because it measured slower on the H200 (``probe --sweepab``, run 129 of
-    ``probe-dev.txt``, 907bc38; B = 32, whole-step CUDA-graph replays, fused): 656 against
-    497 us at N = 512 and 4864 against 3648 at N = 2048 (D = 64); 491 against 448 and 2981
-    against 2943 with D = 1; the backward kernel alone 319 against 105 us (+ 59 for the
-    gradients from E) at N = 512, D = 64.  Its gradients are as accurate (4e-8 to 6e-8
-    against float64 at gamma 1 .. 1e-3, B = 4, N = 512, D = 64, as from E)."""
-    if x.dtype != torch.float32 or x.shape[2] > K.SWEEP_MAX_D or not FORCE_SWEEP_GRADS:
+    The rule follows ``probe --sweepab`` on the H200 (run 131 of ``probe-dev.txt``, 13c8e8b;
+    B = 32, fused, whole-step CUDA-graph replays, sweep against from E, us): N = 512, D = 1
+    407 / 396, D = 8 408 / 432, D = 16 432 / 434, D = 32 500 / 448, D = 64 617 / 463;
+    N = 2048, D = 1 2754 / 2950, D = 16 2999 / 3257, D = 64 4783 / 3651.  The sweep's
+    products cost the one gradient warp of each band in proportion to D (the backward
+    kernel alone at N = 512: 130, 148, 211 and 320 us at D = 1, 16, 32, 64), while from E
+    the backward takes 103 us and a separate kernel the products at full GPU width (19 us at
+    D = 1 by cuBLAS, 59 at D = 64 by Triton).  Eager steps without the library's graphs
+    (fewer launches and torch ops in the sweep) were faster in the sweep up to D = 32.  Its
+    gradients are as accurate (4e-8 to 7e-8 against float64 at gamma 1 .. 1e-3, B = 4,
+    N = 512, D = 64, as from E)."""
+    if x.dtype != torch.float32 or x.shape[2] > K.SWEEP_MAX_D:
+        return False
+    if FORCE_SWEEP_GRADS is False:
+        return False
+    if FORCE_SWEEP_GRADS is None and x.shape[2] > SWEEP_DEFAULT_MAX_D:
         return False
     return backward_mover()
 
