@@ -41,7 +41,10 @@ fused distances               0 (in ``P``)               forward: each cell's fl
                                                          0) until the
                                                          DP overwrites it with that cell's
                                                          weights
-``E`` (gradient wrt cost)     0 (written into ``P``)     backward
+``E`` (gradient wrt cost)     0 (written into ``P``;     backward
+                              from x, y in float32
+                              with ``D <= 16`` not
+                              written at all)
 boundary rows ``Rb``/``Gb``   ``8 ceil(N/32) (M + 1)``   one pass each (about ``N M / 4``
                               each                       bytes; the ticket counter is its last
                                                          element); from x, y both come from
@@ -213,11 +216,12 @@ def _eager_grads(
     forward with gradients enabled whose backward never runs has still paid for it (evaluate
     under ``torch.no_grad()``).
 
-    The gradients from E: float32 with ``D >= 64`` and ``N M >= 512^2``, one Triton kernel
-    each on the tensor cores (3xTF32, :mod:`sdtw.cuda._tc_grads`); otherwise cuBLAS
-    (:func:`sdtw._sqeuclidean.sqeuclidean_grads`).  With ``SDTW_SWEEP_GRADS=1`` (float32,
-    ``D <= 64``, on a GPU) they come from the backward kernel's own sweep instead, E never
-    written (:func:`sdtw.cuda._launch.sweep_grads`: measured slower, so opt-in)."""
+    float32 with ``D <= 16`` on a GPU: the gradients come from the backward kernel's own
+    sweep, E never written (:func:`sdtw.cuda._launch.sweep_grads`; ``SDTW_SWEEP_GRADS=0`` /
+    ``1`` turns that off, or on up to ``D = 64``, where it measured slower).  Otherwise from
+    E: float32 with ``D >= 64`` and ``N M >= 512^2`` one Triton kernel each on the tensor
+    cores (3xTF32, :mod:`sdtw.cuda._tc_grads`), else cuBLAS
+    (:func:`sdtw._sqeuclidean.sqeuclidean_grads`)."""
     _launch = _launcher_module()
     if _launch.sweep_grads(x):
         out, gx, gy = _launch.forward_grads(a, b, gamma, lo, hi, x, y)

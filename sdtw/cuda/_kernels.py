@@ -1878,7 +1878,8 @@ def _build_forward(mode: str, fast: bool, busy: bool, mover: bool = False):
 # three products per block: the 3xTF32 split, float32 accumulation) while the band's warp
 # runs the next chunk's steps:
 #   * g_x: the tile (band rows x positions) times y's chunk rows (positions x features),
-#     accumulated in registers over the band's sweep (2 x 8 accumulator tiles of 16 x 8: D <= 64),
+#     accumulated in registers over the band's sweep (2 x nt accumulator tiles of 16 x 8 for nt
+#     feature tiles of 8, a kernel variant for each nt in SWEEP_TILES: D <= 64),
 #     written once at the end with the row sums (``2 (rows x - acc)``);
 #   * g_y: the tile's transpose times x's band rows, per 8-feature tile, added to a zeroed g_y
 #     with float32 atomics (``2 (cols y - acc)``, each band its own share of the column sums).
