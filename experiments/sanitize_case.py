@@ -59,7 +59,7 @@ def cases(only_mover: bool = False) -> list[Case]:
         if two:
             shapes.append((True, 20, torch.float32, True))
         out += [Case(busy, two, *s) for s in shapes]
-    # the gradients from the backward's sweep (opt-in; its gradient warp), last so that the
+    # the gradients from the backward's sweep (its gradient warp, forced), last so that the
     # other cases keep their numbers; D = 20, 5, 12, 44: each of its variants by feature
     # tiles (sdtw.cuda._kernels.sweep_tiles: 4, 1, 2, 8), 16-byte copies and 4-byte ones
     out += [

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The in-sweep gradients (SDTW_SWEEP_GRADS=1; see "Gradients in the backward's sweep" in the
-# README) on the GPU, in one device call.
+# The in-sweep gradients (the default for float32 D <= 16, forced by SDTW_SWEEP_GRADS=1; see
+# "Gradients in the backward's sweep" in the README) on the GPU, in one device call.
 # Usage: bash experiments/sweep_grads.sh check|sanitize|ncu   (OUT: where logs go; default a
 # temp dir)
 #   check: their GPU tests (pytest -m cuda -k sweep), each band's pace with them forced
@@ -37,10 +37,10 @@ check)
     timeout 200 python3 -m experiments.probe --sweepab 2048 --dims 1,16,64 2>&1 | grep -v -E "$drop"
     ;;
 sanitize)
-    cases=$(python3 -m experiments.sanitize_case --list | grep -n "in the sweep" | cut -d: -f2)
-    for k in $cases; do
+    listed=$(python3 -m experiments.sanitize_case --list | grep "in the sweep")
+    for k in $(cut -d: -f1 <<< "$listed"); do
         for tool in "memcheck --report-api-errors no" racecheck "synccheck --print-limit 4"; do
-            echo "== $tool, case $k: $(python3 -m experiments.sanitize_case --list | grep "^$k:")"
+            echo "== $tool, case $(grep "^$k:" <<< "$listed")"
             # shellcheck disable=SC2086
             timeout 120 compute-sanitizer --tool $tool python3 -m experiments.sanitize_case \
                 --case "$k" 2>&1 | grep -E "SUMMARY|Invalid|hazard|Barrier|rror|case ok"
@@ -65,7 +65,7 @@ ncu)
     done
     ;;
 *)
-    echo "unknown mode: $mode (check or ncu)" >&2
+    echo "unknown mode: $mode (check, sanitize or ncu)" >&2
     exit 2
     ;;
 esac

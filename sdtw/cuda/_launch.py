@@ -642,18 +642,15 @@ def sweep_grads(x: torch.Tensor) -> bool:
     B = 32, fused, whole-step CUDA-graph replays, sweep against from E, us): N = 512, D = 1
     407 / 396, D = 8 408 / 432, D = 16 432 / 434, D = 32 500 / 448, D = 64 617 / 463;
     N = 2048, D = 1 2754 / 2950, D = 16 2999 / 3257, D = 64 4783 / 3651.  The sweep's
-    products cost the one gradient warp of each band in proportion to D (the backward
+    products cost the one gradient warp of each band time that grows with D (the backward
     kernel alone at N = 512: 130, 148, 211 and 320 us at D = 1, 16, 32, 64), while from E
     the backward takes 103 us and a separate kernel the products at full GPU width (19 us at
     D = 1 by cuBLAS, 59 at D = 64 by Triton).  Eager steps without the library's graphs
     (fewer launches and torch ops in the sweep) were faster in the sweep up to D = 32.  Its
     gradients are as accurate (4e-8 to 7e-8 against float64 at gamma 1 .. 1e-3, B = 4,
     N = 512, D = 64, as from E)."""
-    if x.dtype != torch.float32 or x.shape[2] > K.SWEEP_MAX_D:
-        return False
-    if FORCE_SWEEP_GRADS is False:
-        return False
-    if FORCE_SWEEP_GRADS is None and x.shape[2] > SWEEP_DEFAULT_MAX_D:
+    max_d = K.SWEEP_MAX_D if FORCE_SWEEP_GRADS else SWEEP_DEFAULT_MAX_D
+    if FORCE_SWEEP_GRADS is False or x.dtype != torch.float32 or x.shape[2] > max_d:
         return False
     return backward_mover()
 
