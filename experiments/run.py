@@ -91,7 +91,7 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
@@ -757,6 +757,7 @@ def run_sweep(
     resume: bool = False,
     quick: bool = False,
     deadline: float | None = None,
+    dims: Sequence[int] | None = None,
 ) -> tuple[Path, bool]:
     """Measure ``impls`` on every configuration of ``sweep``; write ``<out>/<sweep>.csv``.
 
@@ -779,6 +780,8 @@ def run_sweep(
     deadline : float or None
         ``time.monotonic()`` after which no new measurement starts (the CSV stays valid and
         ``resume=True`` completes it later).
+    dims : sequence of int or None
+        Only the configurations with these feature dimensions D (``None``: all of them).
 
     Returns
     -------
@@ -793,7 +796,18 @@ def run_sweep(
     path = out / f"{sweep.name}.csv"
     done = read_keys(path) if resume else set()
     plan: list[tuple[Config, list[tuple[str, str]]]] = []
-    for cfg in sweep.grid(device, quick):
+    grid = sweep.grid(device, quick)
+    if dims is not None:
+        kept = [cfg for cfg in grid if cfg.D in dims]
+        if not kept:
+            have = sorted({cfg.D for cfg in grid})
+            print(
+                f"note: {sweep.name}: no configuration with D in {sorted(dims)} "
+                f"(its D: {have}); nothing measured",
+                file=sys.stderr,
+            )
+        grid = kept
+    for cfg in grid:
         points = [
             (name, mode)
             for name in impls
@@ -1016,6 +1030,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="start no new measurement after this many seconds; print the summary and exit 0 "
         "(rerun with --resume to finish)",
     )
+    parser.add_argument(
+        "--dim",
+        action="append",
+        type=int,
+        metavar="D",
+        help="only the configurations with this feature dimension D, repeatable "
+        "(default: all of the sweep's)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny grids (smoke test)")
     parser.add_argument("--list", action="store_true", help="list sweeps and implementations")
     return parser
@@ -1103,6 +1125,7 @@ def main(argv: list[str] | None = None) -> int:
             resume=args.resume,
             quick=args.quick,
             deadline=deadline,
+            dims=args.dim,
         )
         paths.append(path)
     for path in paths:

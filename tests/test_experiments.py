@@ -132,6 +132,21 @@ def test_resume_skips_rows_already_present(tmp_path: Path) -> None:
     assert path.read_bytes() == before
 
 
+def test_dim_keeps_only_those_configurations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--sweep", "cpu", "--impl", "torch", "--out", str(tmp_path), *QUICK]
+    assert run.main([*argv, "--dim", "3"]) == 0
+    rows = _rows(tmp_path / "cpu.csv")
+    expected = [c for c in SWEEPS["cpu"].grid("cpu", True) if c.D == 3]
+    assert expected and len(rows) == len(expected) * len(SWEEPS["cpu"].modes)
+    assert {r["D"] for r in rows} == {"3"}
+    # A D the sweep does not have: said so, and nothing measured.
+    assert run.main([*argv, "--dim", "999", "--resume"]) == 0
+    assert "no configuration with D in [999]" in capsys.readouterr().err
+    assert len(_rows(tmp_path / "cpu.csv")) == len(rows)
+
+
 def test_time_limit_stops_cleanly_and_resume_finishes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
