@@ -627,3 +627,38 @@ def test_sanitizer_cases_cover_every_variant_and_list_without_a_gpu(
     assert len(lines) == len(every) and lines[0].startswith("0: quiet, one warp, fused")
     with pytest.raises(SystemExit):
         sanitize_case.main(["--case", str(len(every))])
+
+
+def test_merge_replaces_matching_rows_and_keeps_the_rest(tmp_path: Path) -> None:
+    from experiments import merge
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    argv = ["--sweep", "cpu", "--impl", "torch", "--impl", "sdtw-cpu", *QUICK]
+    assert run.main([*argv, "--out", str(old)]) == 0
+    assert run.main([*argv, "--dim", "3", "--out", str(new)]) == 0
+    before, fresh = _rows(old / "cpu.csv"), _rows(new / "cpu.csv")
+    for r in fresh:  # mark them, to see which rows came from where
+        r["note"] = "fresh"
+    with (new / "cpu.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=run.COLUMNS)
+        writer.writeheader()
+        writer.writerows(fresh)
+    # Only sdtw-cpu's rows of the new run: those replace theirs, in place.
+    assert merge.merge(new / "cpu.csv", old / "cpu.csv", impls=["sdtw-cpu"]) == (
+        sum(r["impl"] == "sdtw-cpu" for r in fresh),
+        0,
+    )
+    after = _rows(old / "cpu.csv")
+    assert [run._key(r) for r in after] == [run._key(r) for r in before]
+    for b, a in zip(before, after, strict=True):
+        replaced = b["impl"] == "sdtw-cpu" and b["D"] == "3"
+        assert (a["note"] == "fresh") == replaced
+        if not replaced:
+            assert a == b
+    # A row the old file lacks is added at the end; CRLF lines as experiments.run writes.
+    extra = dict(fresh[0], B="999")
+    with (new / "cpu.csv").open("a", newline="") as f:
+        csv.DictWriter(f, fieldnames=run.COLUMNS).writerow(extra)
+    assert merge.merge(new / "cpu.csv", old / "cpu.csv", modes=[extra["mode"]])[1] == 1
+    assert _rows(old / "cpu.csv")[-1]["B"] == "999"
+    assert (old / "cpu.csv").read_bytes().count(b"\r\n") == len(after) + 2

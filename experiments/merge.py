@@ -1,0 +1,79 @@
+"""Merge the rows of a newer run into a committed results CSV.
+
+``python -m experiments.merge NEW OLD [--impl NAME ...] [--mode MODE ...]``
+
+Each row of ``NEW`` (a CSV of :mod:`experiments.run`) replaces the row of ``OLD`` with the same
+key (:data:`experiments.run.KEY_COLUMNS`, and the metric: a sweep may record several per key)
+in place, and rows whose key ``OLD`` lacks are appended; ``OLD``'s other rows are kept as they
+are, each with its own provenance columns (git SHA, date, versions).  ``--impl`` / ``--mode``
+take only those rows of ``NEW``.  Prints what it replaced and added.  This is how a partial
+re-run (``experiments.run --impl ... --dim ...``) updates a committed table without
+re-measuring its baselines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+from experiments.run import COLUMNS, KEY_COLUMNS
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != COLUMNS:
+            raise SystemExit(f"error: {path} does not have the columns experiments.run writes")
+        return list(reader)
+
+
+def _key(row: dict[str, str]) -> tuple:
+    # the numeric columns as numbers: "1" and "1.0" are the same gamma
+    key = [row[c] for c in KEY_COLUMNS]
+    for k, c in enumerate(KEY_COLUMNS):
+        if c in ("B", "N", "M", "D", "gamma"):
+            key[k] = float(key[k])
+    return (*key, row["metric"])
+
+
+def merge(
+    new: Path, old: Path, impls: list[str] | None = None, modes: list[str] | None = None
+) -> tuple[int, int]:
+    """Merge ``new``'s rows (those of ``impls`` and ``modes`` if given) into ``old`` (rewritten);
+    returns (rows replaced, rows added)."""
+    rows = _read(old)
+    index = {_key(r): k for k, r in enumerate(rows)}
+    replaced = added = 0
+    for r in _read(new):
+        if (impls and r["impl"] not in impls) or (modes and r["mode"] not in modes):
+            continue
+        k = index.get(_key(r))
+        if k is None:
+            index[_key(r)] = len(rows)
+            rows.append(r)
+            added += 1
+        else:
+            rows[k] = r
+            replaced += 1
+    with old.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)  # (CRLF, as experiments.run writes)
+        writer.writeheader()
+        writer.writerows(rows)
+    return replaced, added
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("new", type=Path, help="the newer run's CSV")
+    parser.add_argument("old", type=Path, help="the CSV to update (rewritten in place)")
+    parser.add_argument("--impl", action="append", help="only this implementation's rows")
+    parser.add_argument("--mode", action="append", help="only this mode's rows")
+    args = parser.parse_args(argv)
+    replaced, added = merge(args.new, args.old, args.impl, args.mode)
+    print(f"{args.old}: {replaced} rows replaced, {added} added from {args.new}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
