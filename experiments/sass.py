@@ -81,8 +81,9 @@ KERNELS = {
     "forward-cost64": ("FORWARD", _forward_sig(False), None),
     "backward32": ("BACKWARD", _backward_sig(True), None),
     "backward32-mover": ("BACKWARD", _backward_sig(True), None),
-    "backward32-grads": ("BACKWARD_GRADS", _backward_sig(True), None),
-    "backward32-grads1": ("BACKWARD_GRADS", _backward_sig(True), None),
+    # launch bounds (96, 4): 65536 / (4 * 96) registers, rounded down to a multiple of 8
+    "backward32-grads": ("BACKWARD_GRADS", _backward_sig(True), 168),
+    "backward32-grads1": ("BACKWARD_GRADS", _backward_sig(True), 168),
 }
 #: The key of the kernels stored in a dict (the busy variant: what a GPU runs).
 _KEYS = {

@@ -1345,8 +1345,9 @@ def _check_sweep_grads(monkeypatch, rng, device, cases):
 def test_sim_sweep_grads_match_reference(monkeypatch, rng):
     """:func:`_check_sweep_grads` in the simulator (the gradient warp's twins compute each
     lane's outputs from the same tiles): N != M, lengths 1, one past the band and chunk size
-    (32), D from 1 to 40 (partial 8-feature tiles; every variant of :func:`sweep_tiles`),
-    band, normalize, fused and unfused."""
+    (32), D from 1 to 40 (partial 8-feature tiles; every variant of :func:`sweep_tiles`;
+    whole chunks with D a multiple of 8, g_y's paired reductions), band, normalize, fused
+    and unfused."""
     _check_sweep_grads(
         monkeypatch,
         rng,
@@ -1359,6 +1360,7 @@ def test_sim_sweep_grads_match_reference(monkeypatch, rng):
             (1, 33, 1, 2, 0.1, None, True, True),
             (1, 3, 5, 17, 0.1, None, False, True),
             (2, 4, 3, 40, 1.0, 2, False, True),
+            (1, 1, 40, 8, 0.1, None, False, True),  # a whole chunk, D = 8 nt: gy_out_full
         ],
     )
 

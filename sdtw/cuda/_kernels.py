@@ -113,6 +113,12 @@ if SIMULATED:
     patch_simulator_shared_arrays()
 
 
+#: ``SDTW_LINEINFO=1``: the kernels compiled with line information (``lineinfo=True``: source
+#: lines in compute-sanitizer's and Nsight Compute's reports, the code otherwise the same);
+#: their on-disk cache is then off (:data:`DISK_CACHE`).
+LINEINFO = os.environ.get("SDTW_LINEINFO", "0") == "1" and not SIMULATED
+
+
 def _device(fn):
     """A device function that LLVM inlines (``forceinline``).  Numba's own inlining
     (``inline=True``) copies the IR at each of the ~100 call sites of the unrolled steps and
@@ -138,6 +144,8 @@ def _kernel(fn=None, *, launch_bounds=None):
     if SIMULATED:
         return cuda.jit(fn)
     opts = {"shared_memory_carveout": "maxshared"} if _HAS_CARVEOUT else {}
+    if LINEINFO:
+        opts["lineinfo"] = True
     if launch_bounds is not None and _has_jit_option(
         "launch_bounds",
         "kernels with a launch bound (the park kernel) get more registers and fewer blocks per SM",
@@ -2074,9 +2082,42 @@ def _cp_wait_sim():
     pass
 
 
+def _red2_intrinsic():
+    """``red2(A, j, v0, v1)``: ``A[j] += v0; A[j + 1] += v1`` (float32, global memory, ``j``
+    even: an 8-byte aligned pair) as one vector reduction, ``red.global.add.v2.f32`` (sm_90,
+    PTX 8.1): half the instructions of two ``cuda.atomic.add``, whose results are not read."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def red2(typingctx, A, j, v0, v1):
+        def codegen(context, builder, signature, args):
+            _, ptr = _item_pointer(context, builder, signature, args)
+            i64, f32 = ir.IntType(64), ir.FloatType()
+            builder.asm(
+                ir.FunctionType(ir.VoidType(), [i64, f32, f32]),
+                "{ .reg .u64 g; cvta.to.global.u64 g, $0; red.global.add.v2.f32 [g], {$1, $2}; }",
+                "l,f,f",
+                [builder.ptrtoint(ptr, i64), args[2], args[3]],
+                True,
+            )
+            return context.get_dummy_value()
+
+        return types.void(A, j, v0, v1), codegen
+
+    return red2
+
+
+def _red2_sim(A, j, v0, v1):
+    cuda.atomic.add(A, j, v0)
+    cuda.atomic.add(A, j + 1, v1)
+
+
 cp_async = _cp_async_sim if SIMULATED else _cp_async_intrinsic(4)
 cp_async4 = _cp_async4_sim if SIMULATED else _cp_async_intrinsic(16)
 cp_wait = _cp_wait_sim if SIMULATED else _cp_wait_intrinsic()
+red2 = _red2_sim if SIMULATED else _red2_intrinsic()
 #: The staged rows' alignment: 16 bytes for :data:`cp_async4` (the simulator takes none).
 SW_ALIGN = None if SIMULATED else 16
 
@@ -2203,6 +2244,22 @@ def _build_sweep(nt_max: int):
                 val = float32(2.0) * (CS[cb + p] * YS[uint32(p * sw + f)] - c[q])
                 cuda.atomic.add(GYp, u32(j * D + f), val)
 
+    @_device
+    def gy_out_full(CS, cb, YS, GYp, jtop, D, n, g, t, p0, c):
+        """:func:`gy_out` where every position is a column of the table and every feature is
+        below ``D`` (a whole chunk, ``D = 8 nt``): each position's two features as one
+        :func:`red2` (an 8-byte aligned pair: ``D`` and ``f`` even), no tests.  (Four
+        atomics with a test each took ~40 SASS instructions per accumulator tile, ~1340 of
+        the ~3200 per chunk at ``D = 64``: offline SASS of 13c8e8b.)"""
+        f = 8 * n + 2 * t
+        for h in range(2):
+            p = p0 + g + 8 * h
+            cs = CS[cb + p]
+            o = uint32(p * sw + f)
+            v0 = float32(2.0) * (cs * YS[o] - c[2 * h])
+            v1 = float32(2.0) * (cs * YS[o + 1] - c[2 * h + 1])
+            red2(GYp, u32((jtop - p) * D + f), v0, v1)
+
     def gy_chunk_gpu(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
         """``g_y[j] += 2 (cols_j y_j - sum_r tile[r, p] x_r)`` over this chunk's positions
         ``p`` (column ``j = jtop - p``) and the band's rows ``r`` (``XS``: staged, rows past
@@ -2213,6 +2270,7 @@ def _build_sweep(nt_max: int):
         cy = cuda.local.array((2, ng, 4), float32)
         bh = cuda.local.array((ng, 2), float32)
         bl = cuda.local.array((ng, 2), float32)
+        full = jtop >= TW - 1 and D == 8 * nt  # (see gy_out_full)
         for h in range(nt_max // ng):
             if ng * h < nt:
                 for a in range(2):
@@ -2230,10 +2288,15 @@ def _build_sweep(nt_max: int):
                     if ng * h + n < nt:
                         for a in range(2):
                             c = (cy[a, n, 0], cy[a, n, 1], cy[a, n, 2], cy[a, n, 3])
-                            gy_out(CS, cb, YS, GYp, jtop, D, ng * h + n, g, t, 16 * a, c)
+                            if full:
+                                gy_out_full(CS, cb, YS, GYp, jtop, D, ng * h + n, g, t, 16 * a, c)
+                            else:
+                                gy_out(CS, cb, YS, GYp, jtop, D, ng * h + n, g, t, 16 * a, c)
 
     def gy_chunk_sim(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
-        """The simulator's twin of ``gy_chunk_gpu``: the lane's outputs from the tile."""
+        """The simulator's twin of ``gy_chunk_gpu``: the lane's outputs from the tile (by
+        :func:`gy_out_full` where the GPU's takes it)."""
+        full = jtop >= TW - 1 and D == 8 * nt
         for n in range(nt):
             for a in range(2):
                 c = [float32(0.0)] * 4
@@ -2243,7 +2306,8 @@ def _build_sweep(nt_max: int):
                     for r in range(TB):
                         e = TH[tb + r * TS + p]
                         c[q] += e * XS[r * sw + f]
-                gy_out(CS, cb, YS, GYp, jtop, D, n, g, t, 16 * a, (c[0], c[1], c[2], c[3]))
+                out = gy_out_full if full else gy_out
+                out(CS, cb, YS, GYp, jtop, D, n, g, t, 16 * a, (c[0], c[1], c[2], c[3]))
 
     @_device
     def gx_out(acc, RS, XS, GXp, D, nt, nr1, g, t):
@@ -2463,7 +2527,7 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: int = 0)
         st = step(blk, rowb, pb, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
         return step(blk, rowb, pb, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
 
-    @_kernel
+    @_kernel(launch_bounds=(3 * TB, 4) if grads else None)
     def backward(P, N, M, gout, Gb, sums, X, Y, D, GX, GY):
         """Expected alignment, written in place: ``P[:, 1] <- E * gout``; if ``sums`` is
         (B, N + M) float64 zeros (not a (1, 1) placeholder), also its row sums ``sums[:, :N]``
@@ -3069,8 +3133,13 @@ COST_PARK = {f: _build_park(f, cost=True) for f in (False, True)}
 #: then NVVM) takes several seconds (the fused forward without gradients ~8 s on the H200
 #: machine, ``probe-dev.txt`` run 92), and a training step uses three: every new process paid
 #: that before its first step.  Not under the simulator, and not with ``SDTW_TIMING=1`` (its
-#: kernels differ from the regular ones by a module-level switch).
-DISK_CACHE = not SIMULATED and not TIMING and os.environ.get("SDTW_KERNEL_CACHE", "1") != "0"
+#: kernels differ from the regular ones by a module-level switch) or ``SDTW_LINEINFO=1``.
+DISK_CACHE = (
+    not SIMULATED
+    and not TIMING
+    and not LINEINFO
+    and os.environ.get("SDTW_KERNEL_CACHE", "1") != "0"
+)
 
 
 def _source_digest() -> str:
