@@ -2527,6 +2527,8 @@ def _build_backward(fast: bool, busy: bool, mover: bool = False, grads: int = 0)
         st = step(blk, rowb, pb, tid, s0 + 6, sb + 6, t6, st, lag, width, pub, xch)
         return step(blk, rowb, pb, tid, s0 + 7, sb + 7, t7, st, lag, width, pub, xch)
 
+    # With grads: 4 blocks of 96 threads per SM, at most 168 registers (ptxas gave the D = 64
+    # variant 182 with g_y's paired reductions, 3 blocks per SM; no spills at 168, offline).
     @_kernel(launch_bounds=(3 * TB, 4) if grads else None)
     def backward(P, N, M, gout, Gb, sums, X, Y, D, GX, GY):
         """Expected alignment, written in place: ``P[:, 1] <- E * gout``; if ``sums`` is
