@@ -61,7 +61,8 @@ def cases(only_mover: bool = False) -> list[Case]:
         out += [Case(busy, two, *s) for s in shapes]
     # the gradients from the backward's sweep (its gradient warp, forced), last so that the
     # other cases keep their numbers; D = 20, 5, 12, 44: each of its variants by feature
-    # tiles (sdtw.cuda._kernels.sweep_tiles: 4, 1, 2, 8), 16-byte copies and 4-byte ones
+    # tiles (sdtw.cuda._kernels.sweep_tiles: 4, 1, 2, 8), 16-byte copies and 4-byte ones;
+    # D = 16, 64: D a multiple of 8, g_y's paired reductions (gy_out_full) on whole chunks
     out += [
         Case(busy, True, fused, D, torch.float32, False, True)
         for busy, fused, D in (
@@ -70,6 +71,8 @@ def cases(only_mover: bool = False) -> list[Case]:
             (True, True, 5),
             (False, True, 12),
             (True, True, 44),
+            (False, True, 16),
+            (True, False, 64),
         )
     ]
     return out

@@ -620,6 +620,8 @@ def test_sanitizer_cases_cover_every_variant_and_list_without_a_gpu(
     from sdtw.cuda import _kernels as K
 
     assert {K.sweep_tiles(c.D) for c in every if c.sweep} == set(K.SWEEP_TILES)
+    # and g_y's paired reductions (whole chunks with D = 8 nt: D a multiple of 8, M > 32)
+    assert any(c.sweep and c.D % 8 == 0 for c in every)
     assert {c.dtype for c in every} == {torch.float32, torch.float64}
     assert sanitize_case.cases(only_mover=True) == [c for c in every if c.two]
     sanitize_case.main(["--list"])
