@@ -148,7 +148,8 @@ def _kernel(fn=None, *, launch_bounds=None):
         opts["lineinfo"] = True
     if launch_bounds is not None and _has_jit_option(
         "launch_bounds",
-        "kernels with a launch bound (the park kernel) get more registers and fewer blocks per SM",
+        "kernels with a launch bound (the park kernel, the in-sweep backward) get more "
+        "registers and fewer blocks per SM",
     ):
         opts["launch_bounds"] = launch_bounds
     return cuda.jit(**opts)(fn)
@@ -2265,8 +2266,9 @@ def _build_sweep(nt_max: int):
         ``p`` (column ``j = jtop - p``) and the band's rows ``r`` (``XS``: staged, rows past
         the band's last a copy of it, which the tile's zeros multiply), ``ng`` 8-feature tiles
         at a time (the tile's fragments loaded and split once for them; :func:`mma3_group`),
-        by float32 atomics into ``GYp`` (this pair's g_y, flat, zeroed).  ``CS[cb + p]``: the
-        band's column sums of E."""
+        by float32 atomics into ``GYp`` (this pair's g_y, flat, zeroed; paired vector
+        reductions on whole chunks with ``D = 8 nt``, :func:`gy_out_full`).  ``CS[cb + p]``:
+        the band's column sums of E."""
         cy = cuda.local.array((2, ng, 4), float32)
         bh = cuda.local.array((ng, 2), float32)
         bl = cuda.local.array((ng, 2), float32)
