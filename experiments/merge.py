@@ -3,12 +3,12 @@
 ``python -m experiments.merge NEW OLD [--impl NAME ...] [--mode MODE ...]``
 
 Each row of ``NEW`` (a CSV of :mod:`experiments.run`) replaces the row of ``OLD`` with the same
-key (:data:`experiments.run.KEY_COLUMNS`, and the metric: a sweep may record several per key)
-in place, and rows whose key ``OLD`` lacks are appended; ``OLD``'s other rows are kept as they
-are, each with its own provenance columns (git SHA, date, versions).  ``--impl`` / ``--mode``
-take only those rows of ``NEW``.  Prints what it replaced and added.  This is how a partial
-re-run (``experiments.run --impl ... --dim ...``) updates a committed table without
-re-measuring its baselines.
+key (:data:`experiments.run.KEY_COLUMNS` as the harness compares them, and the metric: a
+sweep may record several per key) in place, and rows whose key ``OLD`` lacks are appended;
+``OLD``'s other rows are kept as they are, each with its own provenance columns (git SHA,
+date, versions).  ``--impl`` / ``--mode`` take only those rows of ``NEW``.  Prints what it
+replaced and added.  This is how a partial re-run (``experiments.run --impl ... --dim ...``)
+updates a committed table without re-measuring its baselines.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import argparse
 import csv
 from pathlib import Path
 
-from experiments.run import COLUMNS, KEY_COLUMNS
+from experiments.run import COLUMNS
+from experiments.run import _key as run_key
 
 
 def _read(path: Path) -> list[dict[str, str]]:
@@ -29,12 +30,9 @@ def _read(path: Path) -> list[dict[str, str]]:
 
 
 def _key(row: dict[str, str]) -> tuple:
-    # the numeric columns as numbers: "1" and "1.0" are the same gamma
-    key = [row[c] for c in KEY_COLUMNS]
-    for k, c in enumerate(KEY_COLUMNS):
-        if c in ("B", "N", "M", "D", "gamma"):
-            key[k] = float(key[k])
-    return (*key, row["metric"])
+    """The harness's key of a row (numbers as numbers: "1" and "1.0" are the same gamma), and
+    its metric."""
+    return (*run_key(row), row["metric"])
 
 
 def merge(
