@@ -16,7 +16,8 @@
 # Extra environment (SDTW_MOVER, SDTW_BACKWARD_MOVER, SDTW_CUDA_GRAPHS=0, ...) applies to both;
 # AB_ENV_A / AB_ENV_B (VAR=VALUE ...) to one side only, so that one tree can be compared with
 # itself under a switch: AB_ENV_B=SDTW_TC_GRADS=0 bash experiments/ab.sh . 512 2048;
-# AB_FLAGS adds probe flags (AB_FLAGS=--float64: float64 inputs).
+# AB_FLAGS adds probe flags (AB_FLAGS=--float64: float64 inputs); AB_GREP replaces the pattern
+# of the lines printed (AB_PROBE=--graphsplit AB_GREP='unprobed|->': that probe's lines).
 set -uo pipefail
 old=${1:?usage: ab.sh OLD_TREE N [N ...]}
 shift
@@ -47,7 +48,7 @@ for n in "$@"; do
                 "${AB_PROBE:---kernels}" "$n" ${AB_FLAGS:-}) \
                 > "$log" 2>&1 ||
                 { status=1; tail -2 "$log" | sed "s/^/$side round $round: /"; }
-            grep -E "^B=.*(forward|backward|park|all kernels)" "$log" |
+            grep -E "${AB_GREP:-^B=.*(forward|backward|park|all kernels)}" "$log" |
                 sed -e "s/^/$side round $round: /" \
                     -e 's/\(us per step  sdtw::cuda::_kernels::_build_[a-z]*\).*/\1/'
         done

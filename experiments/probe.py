@@ -878,10 +878,12 @@ def graph_split(N: int = 512, B: int = 32, D: int = 64, n: int = 60) -> None:
     (:mod:`sdtw.cuda._graphs`), fused and unfused: host times (``perf_counter_ns``) from the
     step's start to the graph's ``run``, to the replay call, after it, at the forward's return,
     after ``sum`` and after ``backward``; GPU times (CUDA events recorded at the same points)
-    from the step's start to the first copy (the GPU idles that long), through the copies,
+    from the step's start to the run (the GPU idles that long), through the copies or re-pointing,
     through the graph, and the tail after it.  Medians of ``n``; the events cost host time
     themselves, so the step is a few us slower than unprobed (its median is printed too), and
-    a second pass takes the host times with events at the step's ends only."""
+    a second pass takes the host times with events at the step's ends only.  The unprobed step
+    is also timed with two pairs of leaves alternated, so that each replay re-points the
+    graph's copy-in (where the graph has one: ``run -> replay`` is then that, else the copies)."""
     import itertools
     import time
 
@@ -933,6 +935,12 @@ def graph_split(N: int = 512, B: int = 32, D: int = 64, n: int = 60) -> None:
         plain = [
             _time_ms(functools.partial(step, x, y, fused, False), "cuda") for _ in range(n + 4)
         ]
+        # two pairs of leaves, alternated: every replay re-points the graph's copy-in
+        pairs = [(x, y), tuple(t.detach().clone().requires_grad_() for t in (x, y))]
+        moved = [
+            _time_ms(functools.partial(step, *pairs[i % 2], fused, False), "cuda")
+            for i in range(n + 4)
+        ]
         _graphs._Graph.run = timed_run
         rows: dict = {}
         host_only: dict = {}
@@ -962,8 +970,8 @@ def graph_split(N: int = 512, B: int = 32, D: int = 64, n: int = 60) -> None:
         med = statistics.median
         print(
             f"B={B} N={N} D={D} fused={fused}: unprobed step {med(plain[4:]) * 1e3:.1f} us "
-            "(CUDA events); probed, host us / GPU us, then host us with events at the step's "
-            "ends only:",
+            f"(CUDA events; {med(moved[4:]) * 1e3:.1f} with two pairs of inputs alternated); "
+            "probed, host us / GPU us, then host us with events at the step's ends only:",
             flush=True,
         )
         for name, vals in rows.items():

@@ -32,11 +32,18 @@ from sdtw.reference import softdtw_reference
 __all__ = ["pairwise_cost", "softdtw", "softdtw_from_cost"]
 
 
-def _cuda_module():
-    # Imported lazily: numba.cuda must never be touched at `import sdtw` time.
-    from sdtw import cuda as sdtw_cuda
+_cuda = None
 
-    return sdtw_cuda
+
+def _cuda_module():
+    """:mod:`sdtw.cuda`, imported on first use (numba.cuda must never be touched at ``import
+    sdtw`` time), then kept: an import statement per call is host time on every step."""
+    global _cuda
+    if _cuda is None:
+        from sdtw import cuda as sdtw_cuda
+
+        _cuda = sdtw_cuda
+    return _cuda
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:

@@ -1201,6 +1201,100 @@ def test_gpu_library_graph_inference_mode_is_its_own_key(rng, lib_graphs):
     assert rel_err(a, expected) <= 1e-6 and rel_err(b, expected) <= 1e-6
 
 
+def _only_graph(lib_graphs):
+    (g,) = [g for g in lib_graphs._graphs.values() if g is not None]
+    return g
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_library_graph_copy_nodes_follow_the_inputs(rng, lib_graphs, monkeypatch):
+    """The graph's own copy-in: re-pointed (one driver call per input) only when a call's x or
+    y sits at another address than the last call's; the same tensors changed in place, fresh
+    tensors, a float16 input (converted) and a transposed one all give the eager results."""
+    from sdtw.cuda import _launch
+
+    if not hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec"):
+        pytest.skip("this torch's CUDAGraph cannot keep its CUgraph (keep_graph)")
+    calls = []
+    raw = _launch._driver_set_copy()
+
+    def counted(*args):
+        calls.append(args)
+        return raw(*args)
+
+    monkeypatch.setattr(_launch, "_driver_set_copy", lambda: counted)
+    B, N, M, D = 3, 37, 52, 5
+    x = randn(rng, B, N, D, device="cuda").float()
+    y = randn(rng, B, M, D, device="cuda").float()
+
+    def check(a, b):
+        got = sdtw.softdtw(a, b, gamma=0.1)
+        with lib_graphs.eager():
+            expected = sdtw.softdtw(a, b, gamma=0.1)
+        assert rel_err(got, expected) <= 1e-6
+
+    for _ in range(3):
+        check(x, y)
+    g = _only_graph(lib_graphs)
+    assert g.nodes is not None and calls == []
+    assert [n.src for n in g.nodes] == [x.data_ptr(), y.data_ptr()]
+    x.copy_(randn(rng, B, N, D, device="cuda"))  # same addresses: no driver call
+    check(x, y)
+    assert calls == []
+    x2 = randn(rng, B, N, D, device="cuda").float()
+    check(x2, y)
+    assert len(calls) == 1 and g.nodes[0].src == x2.data_ptr()
+    check(x2.half(), y.transpose(1, 2).contiguous().transpose(1, 2))
+    check(x, y)
+    assert g.nodes[0].src == x.data_ptr() and g.nodes[1].src == y.data_ptr()
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_library_graph_lends_its_gradients(rng, lib_graphs):
+    """A replayed call's gradients stay in the graph's buffers (no clone) when its backward ran
+    before the next replay; with ``retain_graph=True`` or no backward yet, the next replay
+    copies them out first, so a later backward still gets them; a second backward through a
+    freed graph raises torch's own error."""
+    B, N, D = 4, 45, 3
+
+    def leaves():
+        return [randn(rng, B, N, D, device="cuda").float().requires_grad_() for _ in range(2)]
+
+    def eager_grads(a, b, w):
+        a, b = a.detach().clone().requires_grad_(), b.detach().clone().requires_grad_()
+        with lib_graphs.eager():
+            return torch.autograd.grad(sdtw.softdtw(a, b), (a, b), w)
+
+    w = randn(rng, B, device="cuda").float()
+    for _ in range(3):
+        x, y = leaves()
+        sdtw.softdtw(x, y).sum().backward()
+    g = _only_graph(lib_graphs)
+    # a plain step: the next replay leaves the first call's lent buffers alone
+    x, y = leaves()
+    v = sdtw.softdtw(x, y)
+    lease = g.pending()
+    v.backward(w)
+    sdtw.softdtw(*leaves())
+    assert lease.grads[0] is g.outs[1] and lease.token is None
+    for got, ref in zip((x.grad, y.grad), eager_grads(x, y, w), strict=True):
+        assert rel_err(got, ref) <= 1e-6
+    with pytest.raises(RuntimeError, match="second time"):
+        v.backward(w)
+    # retain_graph=True: copied out before the next replay, and a second backward is right
+    x, y = leaves()
+    v = sdtw.softdtw(x, y)
+    lease = g.pending()
+    v.backward(w, retain_graph=True)
+    sdtw.softdtw(*leaves()).sum().backward()
+    assert lease.grads[0] is not g.outs[1]
+    v.backward(w)
+    for got, ref in zip((x.grad, y.grad), eager_grads(x, y, w), strict=True):
+        assert rel_err(got, 2 * ref) <= 1e-6  # two backward calls accumulated
+
+
 _CACHE_KEY_SCRIPT = """
 import sys
 from numba.core import types

@@ -237,21 +237,33 @@ def _eager_grads(
 
 def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:
     """:func:`_eager_grads`' gradients times the upstream gradient of each pair, in the
-    inputs' dtypes."""
+    inputs' dtypes.  Gradients lent by a replayed library graph (a
+    :class:`~sdtw.cuda._graphs.Lease`) are read from it after unpacking the node's saved
+    token, which raises torch's own error on a second backward through a freed graph."""
+    grads = ctx.grads
+    if not isinstance(grads, tuple):
+        ctx.saved_tensors  # noqa: B018 - raises where the graph was freed
+        grads = grads.grads
     g = grad_out.view(-1, 1, 1)
     return tuple(
-        None if t is None else _as(t * g, dt) for t, dt in zip(ctx.grads, ctx.dtypes, strict=True)
+        None if t is None else _as(t * g, dt) for t, dt in zip(grads, ctx.dtypes, strict=True)
     )
 
 
 class _PairFunction(torch.autograd.Function):
     """Squared-Euclidean soft-DTW of x, y with gradients: attaches the values and the eager
     gradients (computed before ``apply``, see :func:`softdtw_sqeuclidean`) to the graph; its
-    backward scales the gradients by each pair's upstream gradient."""
+    backward scales the gradients by each pair's upstream gradient.  Gradients lent by a
+    replayed library graph get a token saved for the backward, which tells the graph's next
+    replay whether this node can still use them (:meth:`sdtw.cuda._graphs.Lease.settle`)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, y: torch.Tensor, done: tuple):
         out, ctx.grads = done
+        if not isinstance(ctx.grads, tuple):
+            token = torch.empty(0)
+            ctx.save_for_backward(token)
+            ctx.grads.bind(token)
         ctx.dtypes = (x.dtype, y.dtype)
         return out
 
@@ -320,11 +332,12 @@ def softdtw_sqeuclidean(
 
     done = _graphs.call(x, y, (gamma, lo, hi, fused, need_x, need_y), dtype, compute)
     if done is None:
-        done = compute(*_kernel_inputs(x.detach(), y.detach()))
+        out, gx, gy = compute(*_kernel_inputs(x.detach(), y.detach()))
+        done = (out, (gx, gy))
     out = _as(done[0], x.dtype)
     if not need:
         return out
-    return _PairFunction.apply(x, y, (out, done[1:]))
+    return _PairFunction.apply(x, y, (out, done[1]))
 
 
 def _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y) -> tuple:

@@ -6,14 +6,26 @@ take 0.5-0.6 ms of host time (``probe --hostsplit``), while its kernels take 0.1
 B = 32, N = 128 and 0.5 ms at N = 512.  So :func:`call` captures the whole GPU side of a call
 (the kernels, the gradient matmuls, the buffers' fills) in a ``torch.cuda.CUDAGraph`` once the
 same *key* has run eagerly :data:`CAPTURE_AFTER` times, and from then on a call with that key
-copies its inputs into the graph's static ones (a driver copy each,
-:func:`sdtw.cuda._launch.copy_into`), replays the graph and clones its outputs.
+replays the graph.
+
+Inputs: the graph's first two nodes copy x and y into its static inputs.  A call re-points
+them at its own x and y (:class:`sdtw.cuda._launch.CopyNode`, one driver call each, made only
+where the address differs from the last call's: a training loop whose caching allocator hands
+out the same addresses each step makes none), so the replay itself is the call's first GPU
+work.  Where torch cannot keep the graph's ``CUgraph`` (``CUDAGraph(keep_graph=True)``) or the
+driver cannot re-point its copies, the inputs are copied in before each replay instead
+(:func:`sdtw.cuda._launch.copy_into`, a driver copy each; a warning says so once).
+
+Outputs: the values are cloned.  The gradients stay in the graph's static buffers, lent to
+the call's autograd node (:class:`Lease`; its backward's multiply by the upstream gradient
+reads them, so no clone runs on the step's path); the next replay copies them out first only
+if that node may still need them: its backward not run yet, or run with ``retain_graph=True``.
+So two calls with the same key before a backward keep their own gradients.  Results are
+those of the same kernels run eagerly.
 
 The key is everything the captured work depends on: the shapes and dtypes of x and y, their
 device and torch's current stream there, gamma, the band, fused or not, which gradients are
-needed, autocast and inference mode on or off, and the kernels' forced variants.  Outputs are
-cloned, so two calls with the same key before a backward keep their own gradients.  Results
-are those of the same kernels run eagerly.
+needed, autocast and inference mode on or off, and the kernels' forced variants.
 
 What is kept: each graph holds its own memory pool, the call's peak (the weights buffer, 8 N M
 bytes per pair for float32 inputs, the boundary rows and the gradients), between calls.  So only
@@ -38,6 +50,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -71,6 +84,9 @@ _graphs: OrderedDict[tuple, _Graph | None] = OrderedDict()  # None: capture fail
 _seen: dict[tuple, int] = {}
 _side: dict[int, torch.cuda.Stream] = {}
 _warned = False
+_warned_copy = False
+#: Copy the inputs in as the graph's own first nodes (re-pointed per call) where possible.
+_copy_in = True
 
 #: torch's raw current-stream query (one C call), where this torch has it.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -137,38 +153,101 @@ def _launch():
     return _launch_mod
 
 
+class Lease:
+    """The gradients of one replayed call, still in the graph's static buffers: what
+    :func:`call` returns for them instead of copies (a clone each would be a kernel on the
+    step's path).  :meth:`bind` ties it to the autograd node that will use it; before the
+    graph's next replay overwrites the buffers, :meth:`settle` copies them out if that node
+    may still run its backward (not run yet, or run with ``retain_graph=True``)."""
+
+    __slots__ = ("__weakref__", "grads", "token")
+
+    def __init__(self, grads: tuple) -> None:
+        self.grads = grads
+        self.token = None
+
+    def bind(self, token: torch.Tensor) -> None:
+        """``token``: a tensor held only by the node's saved tensors, which autograd frees when
+        the node's backward has run for the last time (or the node is dropped)."""
+        self.token = weakref.ref(token)
+
+    def settle(self) -> None:
+        """Copy the gradients out of the static buffers unless the node is gone or its saved
+        tensors were freed (then a backward through it raises torch's own error)."""
+        if self.token is None or self.token() is not None:
+            self.grads = tuple(None if t is None else t.clone() for t in self.grads)
+        self.token = None
+
+
 class _Graph:
     """One captured call: static inputs, the graph, static outputs, and the Numba launches
-    the graph replays (added to :data:`sdtw.cuda._launch.launch_counts` at each replay)."""
+    the graph replays (added to :data:`sdtw.cuda._launch.launch_counts` at each replay).
+    ``nodes``: the graph's own copy-in of x and y (memcpy nodes pointed at each call's inputs,
+    :class:`sdtw.cuda._launch.CopyNode`), or None: the inputs are copied in before each
+    replay."""
 
-    __slots__ = ("cells", "graph", "launches", "lock", "outs", "x", "y")
+    __slots__ = (
+        "cells",
+        "dtype",
+        "graph",
+        "launches",
+        "lock",
+        "nodes",
+        "outs",
+        "pending",
+        "x",
+        "y",
+    )
 
-    def __init__(self, x, y, graph, outs, launches, cells) -> None:
+    def __init__(self, x, y, graph, outs, launches, cells, nodes) -> None:
         self.x, self.y, self.graph, self.outs = x, y, graph, outs
-        self.launches, self.cells = launches, cells
+        self.launches, self.cells, self.nodes = launches, cells, nodes
+        self.dtype = x.dtype
         self.lock = threading.Lock()
+        self.pending = None  # weakref to the last call's Lease
 
     def run(self, x: torch.Tensor, y: torch.Tensor, stream: int) -> tuple:
-        """Copy x, y into the static inputs (on ``stream``, torch's current one, by its raw
-        address), replay, and clone the outputs."""
-        copy_into = _launch().copy_into
+        """Point the copy-in at x, y (or copy them into the static inputs, on ``stream``,
+        torch's current one, by its raw address), replay, and return the values (cloned) and
+        the gradients (a :class:`Lease`, or a pair of None without gradients)."""
+        L = _launch()
         with self.lock:  # two threads on one stream: copy, replay, clone stay together
-            copy_into(self.x, x, stream)
-            copy_into(self.y, y, stream)
+            if self.nodes is not None:
+                sx, sy = _source(x, self.dtype), _source(y, self.dtype)
+                self.nodes[0].point(sx.data_ptr())
+                self.nodes[1].point(sy.data_ptr())
+            else:
+                L.copy_into(self.x, x, stream)
+                L.copy_into(self.y, y, stream)
+            lease = self.pending() if self.pending is not None else None
+            if lease is not None:
+                lease.settle()
             self.graph.replay()
-            res = tuple(None if t is None else t.clone() for t in self.outs)
-        _launch().launch_counts.update(self.launches)
+            out, gx, gy = self.outs
+            grads = (None, None)
+            if gx is not None or gy is not None:
+                grads = Lease((gx, gy))
+                self.pending = weakref.ref(grads)
+            res = (out.clone(), grads)
+        L.launch_counts.update(self.launches)
         return res
+
+
+def _source(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` as a graph's copy-in reads it: contiguous, of the static input's dtype."""
+    if t.dtype != dtype:
+        return t.detach().to(dtype).contiguous()
+    return t if t.is_contiguous() else t.detach().contiguous()
 
 
 def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
     """The call's key, or None where it is not captured (see the module docstring)."""
-    if not _enabled or x.device.type != "cuda":
+    if not _enabled or not x.is_cuda:
         return None
     B, N, _ = x.shape
     if B * N * y.shape[1] > _max_cells or torch.cuda.is_current_stream_capturing():
         return None
-    dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    dev = x.get_device()
     stream = (
         _raw_stream(dev) if _raw_stream is not None else torch.cuda.current_stream(dev).cuda_stream
     )
@@ -188,7 +267,9 @@ def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
 def call(
     x: torch.Tensor, y: torch.Tensor, params: tuple, dtype: torch.dtype, compute: Compute
 ) -> tuple | None:
-    """``compute``'s results for x, y from a replayed graph, or None: run it eagerly.
+    """``compute``'s results for x, y from a replayed graph as ``(values, grads)`` (``grads``:
+    a :class:`Lease` of the pair of gradients, or ``(None, None)`` without gradients), or
+    None: run it eagerly.
 
     ``params``: the call's scalars (gamma, band, fused, gradients needed: part of the key);
     ``dtype``: the kernels' input dtype (the static inputs')."""
@@ -222,10 +303,44 @@ def _side_stream(dev: int) -> torch.cuda.Stream:
     return s
 
 
+def _new_graph(keep: bool) -> tuple[torch.cuda.CUDAGraph, bool]:
+    """A graph object, and whether it keeps its ``CUgraph`` after capture (asked for by
+    ``keep``; torch's ``keep_graph``, missing from older torch)."""
+    if keep and hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec"):
+        try:
+            return torch.cuda.CUDAGraph(keep_graph=True), True
+        except TypeError:  # pragma: no cover - older torch
+            pass
+    return torch.cuda.CUDAGraph(), False
+
+
+def _record(side, x, y, sx, sy, compute: Compute, copy_in: bool) -> tuple:
+    """Capture ``compute(sx, sy)`` on stream ``side``, preceded where ``copy_in`` by the
+    copies of x, y into sx, sy as memcpy nodes (then found in the instantiated graph:
+    :func:`sdtw.cuda._launch.copy_nodes`): (graph, outputs, copy nodes or None)."""
+    L = _launch()
+    graph, copy_in = _new_graph(copy_in)
+    srcs = (_source(x, sx.dtype), _source(y, sy.dtype)) if copy_in else ()
+    with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+        if copy_in:
+            L.copy_into(sx, srcs[0], side.cuda_stream)
+            L.copy_into(sy, srcs[1], side.cuda_stream)
+        outs = compute(sx, sy)
+    nodes = None
+    if copy_in:
+        graph.instantiate()
+        nodes = L.copy_nodes(
+            graph.raw_cuda_graph(), graph.raw_cuda_graph_exec(), (sx.data_ptr(), sy.data_ptr())
+        )
+    return graph, outs, nodes
+
+
 def _capture(key: tuple, x, y, dtype: torch.dtype, compute: Compute) -> _Graph | None:
-    """Warm up on a side stream, capture ``compute`` on static copies of x, y, keep the graph
-    (dropping the least recently used ones beyond the limits); None if the capture failed."""
-    global _warned
+    """Warm up on a side stream, capture ``compute`` on static copies of x, y, with the
+    copy-in as the graph's first nodes where the driver can re-point them (else it stays
+    outside the graph, with a warning), keep the graph (dropping the least recently used
+    ones beyond the limits); None if the capture failed."""
+    global _warned, _warned_copy
     launch_counts = _launch().launch_counts
     dev = key[4]
     cells = x.shape[0] * x.shape[1] * y.shape[1]
@@ -241,11 +356,20 @@ def _capture(key: tuple, x, y, dtype: torch.dtype, compute: Compute) -> _Graph |
             compute(sx, sy)
         cur.wait_stream(side)
         before = launch_counts.copy()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
-            outs = compute(sx, sy)
-        launches = launch_counts.copy()
-        launches.subtract(before)
+        graph, outs, nodes = _record(side, x, y, sx, sy, compute, _copy_in)
+        if _copy_in and nodes is None:
+            if not _warned_copy:
+                _warned_copy = True
+                warnings.warn(
+                    "sdtw: this torch or driver cannot re-point a CUDA graph's copy nodes; "
+                    "the library graphs copy their inputs in before each replay instead "
+                    "(two driver calls per call)",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+            launch_counts.subtract(_count_since(before))
+            graph, outs, nodes = _record(side, x, y, sx, sy, compute, False)
+        launches = _count_since(before)
         # the capture only recorded the launches: nothing ran; the replays will count them
         launch_counts.subtract(launches)
     except Exception as exc:  # an op this torch cannot capture: this key stays eager
@@ -260,10 +384,17 @@ def _capture(key: tuple, x, y, dtype: torch.dtype, compute: Compute) -> _Graph |
                 stacklevel=4,
             )
         return None
-    g = _Graph(sx, sy, graph, outs, +launches, cells)
+    g = _Graph(sx, sy, graph, outs, +launches, cells, nodes)
     _graphs[key] = g
     _evict()
     return g
+
+
+def _count_since(before):
+    """The launches counted since the snapshot ``before``."""
+    since = _launch().launch_counts.copy()
+    since.subtract(before)
+    return since
 
 
 def _evict() -> None:

@@ -409,6 +409,103 @@ def copy_into(dst: torch.Tensor, src: torch.Tensor, stream_ptr: int) -> None:
     _driver_call(fn, "cuMemcpyDtoDAsync", dst.data_ptr(), src.data_ptr(), nbytes, stream_ptr)
 
 
+class _Memcpy3D(ctypes.Structure):
+    """The driver's ``CUDA_MEMCPY3D``: a memcpy node's parameters (25 eight-byte fields; the
+    two memory-type enums are padded to eight bytes by ctypes' alignment, as by C's)."""
+
+    _fields_ = [
+        *((n, ctypes.c_size_t) for n in ("srcXInBytes", "srcY", "srcZ", "srcLOD")),
+        ("srcMemoryType", ctypes.c_int),
+        ("srcHost", ctypes.c_void_p),
+        ("srcDevice", ctypes.c_uint64),
+        ("srcArray", ctypes.c_void_p),
+        ("reserved0", ctypes.c_void_p),
+        ("srcPitch", ctypes.c_size_t),
+        ("srcHeight", ctypes.c_size_t),
+        *((n, ctypes.c_size_t) for n in ("dstXInBytes", "dstY", "dstZ", "dstLOD")),
+        ("dstMemoryType", ctypes.c_int),
+        ("dstHost", ctypes.c_void_p),
+        ("dstDevice", ctypes.c_uint64),
+        ("dstArray", ctypes.c_void_p),
+        ("reserved1", ctypes.c_void_p),
+        ("dstPitch", ctypes.c_size_t),
+        ("dstHeight", ctypes.c_size_t),
+        *((n, ctypes.c_size_t) for n in ("WidthInBytes", "Height", "Depth")),
+    ]
+
+
+_CU_GRAPH_NODE_TYPE_MEMCPY = 1
+
+
+class CopyNode:
+    """A memcpy node of an instantiated CUDA graph whose source can be moved (the library
+    graphs' copy-in of x and y, :mod:`sdtw.cuda._graphs`): :meth:`point` makes the graph's
+    later launches copy from another device address, one driver call, made only when the
+    address differs from the current one."""
+
+    __slots__ = ("ctx", "exec_", "node", "params", "src")
+
+    def __init__(self, exec_: int, node: int, params: _Memcpy3D, ctx: int) -> None:
+        self.exec_, self.node, self.params, self.ctx = exec_, node, params, ctx
+        self.src = params.srcDevice
+
+    def point(self, src: int) -> None:
+        """Copy from device address ``src`` (same size, same device) from the next launch on;
+        launches already queued keep the old source."""
+        if src == self.src:
+            return
+        self.params.srcDevice = src
+        _driver_call(
+            _driver_set_copy(),
+            "cuGraphExecMemcpyNodeSetParams",
+            self.exec_,
+            self.node,
+            ctypes.byref(self.params),
+            self.ctx,
+        )
+        self.src = src
+
+
+def _driver_set_copy():
+    """``cuGraphExecMemcpyNodeSetParams``, or None."""
+    vp = ctypes.c_void_p
+    return _driver_fn("cuGraphExecMemcpyNodeSetParams", [vp, vp, ctypes.POINTER(_Memcpy3D), vp])
+
+
+def copy_nodes(graph: int, exec_: int, dsts: tuple[int, ...]) -> tuple[CopyNode, ...] | None:
+    """The memcpy nodes of the CUDA graph ``graph`` (a ``CUgraph`` handle, instantiated as
+    ``exec_``) that write to the device addresses ``dsts``, one each, in that order; None
+    where the driver lacks a function for it or the graph does not have exactly one such
+    node per address."""
+    vp, sz = ctypes.c_void_p, ctypes.c_size_t
+    get_nodes = _driver_fn("cuGraphGetNodes", [vp, ctypes.POINTER(vp), ctypes.POINTER(sz)])
+    get_type = _driver_fn("cuGraphNodeGetType", [vp, ctypes.POINTER(ctypes.c_int)])
+    get_params = _driver_fn("cuGraphMemcpyNodeGetParams", [vp, ctypes.POINTER(_Memcpy3D)])
+    set_params = _driver_set_copy()
+    get_ctx = _driver_fn("cuCtxGetCurrent", [ctypes.POINTER(vp)])
+    if None in (get_nodes, get_type, get_params, set_params, get_ctx):
+        return None
+    count = sz(0)
+    _driver_call(get_nodes, "cuGraphGetNodes", graph, None, ctypes.byref(count))
+    nodes = (vp * count.value)()
+    _driver_call(get_nodes, "cuGraphGetNodes", graph, nodes, ctypes.byref(count))
+    ctx = vp()
+    _driver_call(get_ctx, "cuCtxGetCurrent", ctypes.byref(ctx))
+    found: dict[int, list] = {d: [] for d in dsts}
+    for node in nodes[: count.value]:
+        kind = ctypes.c_int(-1)
+        _driver_call(get_type, "cuGraphNodeGetType", node, ctypes.byref(kind))
+        if kind.value != _CU_GRAPH_NODE_TYPE_MEMCPY:
+            continue
+        params = _Memcpy3D()
+        _driver_call(get_params, "cuGraphMemcpyNodeGetParams", node, ctypes.byref(params))
+        if params.dstDevice in found:
+            found[params.dstDevice].append((node, params))
+    if any(len(v) != 1 for v in found.values()):
+        return None
+    return tuple(CopyNode(exec_, *found[d][0], ctx.value) for d in dsts)
+
+
 _launchers: dict[int, _Launcher] = {}
 
 
