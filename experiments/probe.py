@@ -967,6 +967,7 @@ def graph_split(N: int = 512, B: int = 32, D: int = 64, n: int = 60) -> None:
                     )
         finally:
             _graphs._Graph.run = run
+        inside = _inside_marks(step, x, y, fused, n, (run, timed_run), marks)
         med = statistics.median
         print(
             f"B={B} N={N} D={D} fused={fused}: unprobed step {med(plain[4:]) * 1e3:.1f} us "
@@ -981,6 +982,61 @@ def graph_split(N: int = 512, B: int = 32, D: int = 64, n: int = 60) -> None:
                 flush=True,
             )
         print(f"   {'step (GPU)':22s} {'':17s} {med(host_only['step (GPU)']):8.1f}", flush=True)
+        print(
+            "   host us from the step's start (events at its ends only) to: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in inside.items()),
+            flush=True,
+        )
+
+
+def _inside_marks(step, x, y, fused: bool, n: int, runs: tuple, marks: dict) -> dict:
+    """Median host us from a synchronised step's start to the entry of each function on the
+    way to the library graph's ``run`` (wrapped for this pass only; ``runs``: the original
+    ``_Graph.run`` and the one that stamps ``marks["run"]``)."""
+    import time
+
+    import sdtw.cuda as sc
+    import sdtw.functional as F
+    from sdtw.cuda import _graphs
+
+    ns = time.perf_counter_ns
+    stamps: dict = {}
+
+    def stamped(name, fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            stamps.setdefault(name, ns())
+            return fn(*a, **k)
+
+        return wrapper
+
+    saved = [
+        (sdtw, "softdtw"),
+        (F, "_pair_loss"),
+        (sc, "softdtw_sqeuclidean"),
+        (_graphs, "call"),
+        (_graphs, "_key"),
+    ]
+    originals = [getattr(m, a) for m, a in saved]
+    for (m, a), fn in zip(saved, originals, strict=True):
+        setattr(m, a, stamped(a, fn))
+    _graphs._Graph.run = runs[1]
+    out: dict = {}
+    try:
+        for i in range(n + 2):
+            torch.cuda.synchronize()
+            stamps.clear()
+            t0 = ns()
+            step(x, y, fused, False)
+            torch.cuda.synchronize()
+            if i >= 2:
+                for k, v in [*stamps.items(), ("run", marks["run"])]:
+                    out.setdefault(k, []).append((v - t0) / 1e3)
+    finally:
+        for (m, a), fn in zip(saved, originals, strict=True):
+            setattr(m, a, fn)
+        _graphs._Graph.run = runs[0]
+    return {k: statistics.median(v) for k, v in out.items()}
 
 
 def no_grad_forward(

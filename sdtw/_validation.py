@@ -75,40 +75,38 @@ def _check_float_tensor(name: str, t: object) -> torch.Tensor:
 def check_sequences(x: object, y: object) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """Validate a pair of sequences; return them batched (B, N, D), (B, M, D).
 
-    The third value tells whether the inputs were unbatched (N, D)/(M, D).
+    The third value tells whether the inputs were unbatched (N, D)/(M, D).  (Every call of a
+    training step runs this before its first GPU work: each shape and rank is read once.)
     """
     x = _check_float_tensor("x", x)
     y = _check_float_tensor("y", y)
-    if x.dim() not in (2, 3) or y.dim() not in (2, 3):
+    xs, ys = x.shape, y.shape
+    rank = len(xs)
+    if rank not in (2, 3) or len(ys) not in (2, 3):
         raise ValueError(
             "x and y must be (B, N, D)/(B, M, D) or unbatched (N, D)/(M, D); "
-            f"got x {tuple(x.shape)} and y {tuple(y.shape)}"
+            f"got x {tuple(xs)} and y {tuple(ys)}"
         )
-    if x.dim() != y.dim():
-        raise ValueError(
-            f"x and y must have the same rank; got x {tuple(x.shape)} and y {tuple(y.shape)}"
-        )
-    unbatched = x.dim() == 2
+    if rank != len(ys):
+        raise ValueError(f"x and y must have the same rank; got x {tuple(xs)} and y {tuple(ys)}")
+    unbatched = rank == 2
     if unbatched:
         x, y = x.unsqueeze(0), y.unsqueeze(0)
+        xs, ys = x.shape, y.shape
     if x.device != y.device:
         raise ValueError(
             f"x and y must be on the same device; got x on {x.device}, y on {y.device}"
         )
-    if x.shape[0] != y.shape[0]:
+    if xs[0] != ys[0]:
         raise ValueError(
-            f"batch sizes differ: x {tuple(x.shape)} has B={x.shape[0]}, "
-            f"y {tuple(y.shape)} has B={y.shape[0]}"
+            f"batch sizes differ: x {tuple(xs)} has B={xs[0]}, y {tuple(ys)} has B={ys[0]}"
         )
-    if x.shape[2] != y.shape[2]:
+    if xs[2] != ys[2]:
         raise ValueError(
-            f"feature dimensions differ: x {tuple(x.shape)} has D={x.shape[2]}, "
-            f"y {tuple(y.shape)} has D={y.shape[2]}"
+            f"feature dimensions differ: x {tuple(xs)} has D={xs[2]}, y {tuple(ys)} has D={ys[2]}"
         )
-    if x.shape[0] == 0 or x.shape[1] == 0 or y.shape[1] == 0 or x.shape[2] == 0:
-        raise ValueError(
-            f"empty input: x {tuple(x.shape)}, y {tuple(y.shape)} (B, N, M and D must be >= 1)"
-        )
+    if not (xs[0] and xs[1] and ys[1] and xs[2]):
+        raise ValueError(f"empty input: x {tuple(xs)}, y {tuple(ys)} (B, N, M and D must be >= 1)")
     return x, y, unbatched
 
 
