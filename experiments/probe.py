@@ -14,9 +14,9 @@ host time of a synchronised step's forward and backward calls against its wall t
 at B = 32, N = 1024 (D = 64) unless given, to run under Nsight Compute (``--ncu-band``: one
 band's forward, B = 1, N = 32, M = 8192);
 ``--hostsplit [N]``: host time of each launcher function in a step (B = 32, N = 512 or N),
-and from the step's start to its first launch; ``--graphsplit [N]``: the same step once the
-library replays its graph, host and GPU time between the step's start, the copies, the replay,
-the forward's return, the sum and the backward's end; ``--timeline``: each
+and from the step's start to its first launch; ``--graphsplit [N] [--dim D]``: the same step
+once the library replays its graph, host and GPU time between the step's start, the copies, the
+replay, the forward's return, the sum and the backward's end; ``--timeline``: each
 kernel's start and end in a traced training step, and the GPU's gaps;
 ``--busy``: the DP kernels' quiet and busy variants against the number of blocks;
 ``--kernels [N] [--float64]``: each kernel's GPU time in a training step at B = 32, N = 1024
@@ -1137,7 +1137,7 @@ def main() -> None:
     for flag, (probe, takes_n) in modes.items():
         if flag in sys.argv:
             kwargs = number_after(flag) if takes_n else {}
-            if flag in ("--ncu", "--lag") and "--dim" in sys.argv:
+            if flag in ("--ncu", "--lag", "--graphsplit") and "--dim" in sys.argv:
                 kwargs["D"] = int(sys.argv[sys.argv.index("--dim") + 1])
             if flag == "--sweepab" and "--dims" in sys.argv:
                 dims = sys.argv[sys.argv.index("--dims") + 1]
