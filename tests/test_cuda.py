@@ -1164,6 +1164,66 @@ def test_gpu_copy_into(rng, monkeypatch):
     assert torch.equal(dst, src) and torch.equal(dst2, half.float())
 
 
+@requires_sim
+@pytest.mark.cudasim
+def test_graph_copy_node_parameters_layout():
+    """The memcpy node parameters passed to the driver (``CUDA_MEMCPY3D``): 200 bytes, the
+    addresses at C's offsets (four size_t, an enum padded to 8, a host pointer: srcDevice at
+    48; dstDevice at 136; WidthInBytes at 176)."""
+    import ctypes
+
+    from sdtw.cuda import _launch
+
+    M = _launch._Memcpy3D
+    assert ctypes.sizeof(M) == 200
+    assert (M.srcDevice.offset, M.dstDevice.offset, M.WidthInBytes.offset) == (48, 136, 176)
+
+
+def test_graph_lease_settles_only_for_a_node_that_can_still_use_it(rng):
+    """The lent gradients of a replayed call (``_graphs.Lease``), on CPU tensors through the
+    pair function itself: copied out before the next replay while the node's backward has not
+    run (or ran with ``retain_graph=True``), left in place once autograd freed the node's saved
+    token; the backward scales what the lease holds then, and a second backward through a
+    freed graph raises torch's error."""
+    from sdtw.cuda import _PairFunction, _graphs
+
+    B, N, M, D = 3, 5, 4, 2
+    static = (randn(rng, B, N, D).float(), randn(rng, B, M, D).float())
+
+    def call():
+        x = randn(rng, B, N, D).float().requires_grad_()
+        y = randn(rng, B, M, D).float().requires_grad_()
+        lease = _graphs.Lease(static)
+        v = _PairFunction.apply(x, y, (randn(rng, B).float(), lease))
+        return x, y, v, lease
+
+    unbound = _graphs.Lease(static)
+    unbound.settle()  # not attached to a node yet (another thread's call): copied out
+    assert unbound.grads[0] is not static[0] and torch.equal(unbound.grads[0], static[0])
+
+    w = randn(rng, B).float()
+    x, y, v, lease = call()
+    lease.settle()  # backward not run yet: copied out, and the backward reads the copies
+    assert lease.grads[0] is not static[0]
+    v.backward(w)
+    assert torch.allclose(x.grad, static[0] * w.view(-1, 1, 1))
+    assert torch.allclose(y.grad, static[1] * w.view(-1, 1, 1))
+
+    x, y, v, lease = call()
+    v.backward(w)  # graph freed: the token is gone, nothing to copy
+    lease.settle()
+    assert lease.grads[0] is static[0] and lease.token is None
+    with pytest.raises(RuntimeError, match="second time"):
+        v.backward(w)
+
+    x, y, v, lease = call()
+    v.backward(w, retain_graph=True)  # may run again: copied out
+    lease.settle()
+    assert lease.grads[0] is not static[0]
+    v.backward(w)
+    assert torch.allclose(x.grad, 2 * static[0] * w.view(-1, 1, 1))
+
+
 def test_library_graphs_off_the_gpu():
     """On CPU tensors (and so under the simulator) nothing is captured: the call says "run
     eagerly" without touching ``compute``; bad settings name the argument."""
