@@ -1185,7 +1185,7 @@ def test_graph_lease_settles_only_for_a_node_that_can_still_use_it(rng):
     run (or ran with ``retain_graph=True``), left in place once autograd freed the node's saved
     token; the backward scales what the lease holds then, and a second backward through a
     freed graph raises torch's error."""
-    from sdtw.cuda import _PairFunction, _graphs
+    from sdtw.cuda import _graphs, _PairFunction
 
     B, N, M, D = 3, 5, 4, 2
     static = (randn(rng, B, N, D).float(), randn(rng, B, M, D).float())
@@ -1308,6 +1308,39 @@ def test_gpu_library_graph_copy_nodes_follow_the_inputs(rng, lib_graphs, monkeyp
     check(x2.half(), y.transpose(1, 2).contiguous().transpose(1, 2))
     check(x, y)
     assert g.nodes[0].src == x.data_ptr() and g.nodes[1].src == y.data_ptr()
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_library_graph_without_copy_nodes(rng, lib_graphs, monkeypatch):
+    """Where the graph's copy nodes cannot be found or re-pointed, the capture is made again
+    without them (a warning says so once) and each call copies its inputs in before the
+    replay: the eager results all the same, on fresh inputs each call."""
+    from sdtw.cuda import _launch
+
+    monkeypatch.setattr(_launch, "copy_nodes", lambda *args: None)
+    monkeypatch.setattr(lib_graphs, "_warned_copy", False)
+    B, N, M, D = 2, 33, 29, 4
+
+    def check():
+        x = randn(rng, B, N, D, device="cuda").float().requires_grad_()
+        y = randn(rng, B, M, D, device="cuda").float()
+        got = sdtw.softdtw(x, y, gamma=0.1)
+        (gx,) = torch.autograd.grad(got.sum(), x)
+        with lib_graphs.eager():
+            x2 = x.detach().clone().requires_grad_()
+            expected = sdtw.softdtw(x2, y, gamma=0.1)
+            (ex,) = torch.autograd.grad(expected.sum(), x2)
+        assert rel_err(got, expected) <= 1e-6 and rel_err(gx, ex) <= 1e-6
+
+    check()
+    check()
+    with pytest.warns(RuntimeWarning, match="cannot re-point"):
+        check()  # the capture
+    g = _only_graph(lib_graphs)
+    assert g.nodes is None
+    check()
+    check()
 
 
 @requires_gpu
