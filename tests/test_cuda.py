@@ -1224,6 +1224,29 @@ def test_graph_lease_settles_only_for_a_node_that_can_still_use_it(rng):
     assert torch.allclose(x.grad, 2 * static[0] * w.view(-1, 1, 1))
 
 
+def test_graph_lease_under_saved_tensor_hooks(rng):
+    """Under saved-tensor hooks (``save_on_cpu`` here; non-reentrant checkpointing too) the
+    token could be dropped at once, so a lease stays unbound: the next replay (simulated: the
+    static buffers overwritten in place after ``settle``) must not change the first call's
+    gradients."""
+    from sdtw.cuda import _graphs, _PairFunction
+
+    B, N, D = 2, 6, 3
+    static = (randn(rng, B, N, D).float(), randn(rng, B, N, D).float())
+    expected = tuple(t.clone() for t in static)
+    with torch.autograd.graph.save_on_cpu():
+        x = randn(rng, B, N, D).float().requires_grad_()
+        y = randn(rng, B, N, D).float().requires_grad_()
+        lease = _graphs.Lease(static)
+        v = _PairFunction.apply(x, y, (randn(rng, B).float(), lease))
+        assert lease.token is None
+        lease.settle()  # the next replay of the same graph...
+        for t in static:
+            t.add_(1.0)  # ...overwrites its buffers
+    v.sum().backward()
+    assert torch.equal(x.grad, expected[0]) and torch.equal(y.grad, expected[1])
+
+
 def test_library_graphs_off_the_gpu():
     """On CPU tensors (and so under the simulator) nothing is captured: the call says "run
     eagerly" without touching ``compute``; bad settings name the argument."""

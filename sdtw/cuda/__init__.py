@@ -250,6 +250,18 @@ def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:
     )
 
 
+_top_hooks = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+
+
+def _saved_tensor_hooks() -> bool:
+    """Whether saved tensors pass through hooks now (``torch.autograd.graph.saved_tensors_hooks``:
+    ``save_on_cpu``, non-reentrant checkpointing; or a torch that cannot tell).  The hooks
+    may drop a saved tensor at once and keep something else, so a lease's token would not
+    say when the node is done: such a lease stays unbound, and the next replay copies its
+    gradients out (as for two calls before one backward)."""
+    return _top_hooks is None or _top_hooks(False) is not None
+
+
 class _PairFunction(torch.autograd.Function):
     """Squared-Euclidean soft-DTW of x, y with gradients: attaches the values and the eager
     gradients (computed before ``apply``, see :func:`softdtw_sqeuclidean`) to the graph; its
@@ -260,7 +272,7 @@ class _PairFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, y: torch.Tensor, done: tuple):
         out, ctx.grads = done
-        if not isinstance(ctx.grads, tuple):
+        if not isinstance(ctx.grads, tuple) and not _saved_tensor_hooks():
             token = torch.empty(0)
             ctx.save_for_backward(token)
             ctx.grads.bind(token)

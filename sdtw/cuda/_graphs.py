@@ -19,8 +19,10 @@ driver cannot re-point its copies, the inputs are copied in before each replay i
 Outputs: the values are cloned.  The gradients stay in the graph's static buffers, lent to
 the call's autograd node (:class:`Lease`; its backward's multiply by the upstream gradient
 reads them, so no clone runs on the step's path); the next replay copies them out first only
-if that node may still need them: its backward not run yet, or run with ``retain_graph=True``.
-So two calls with the same key before a backward keep their own gradients.  Results are
+if that node may still need them: its backward not run yet, or run with ``retain_graph=True``
+(or always, where saved-tensor hooks such as ``save_on_cpu`` or non-reentrant checkpointing
+were on at the call).  So two calls with the same key before a backward keep their own
+gradients.  Results are
 those of the same kernels run eagerly.
 
 The key is everything the captured work depends on: the shapes and dtypes of x and y, their
