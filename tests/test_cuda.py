@@ -1368,6 +1368,40 @@ def test_gpu_library_graph_without_copy_nodes(rng, lib_graphs, monkeypatch):
 
 @requires_gpu
 @pytest.mark.cuda
+def test_gpu_library_graph_when_repointing_fails(rng, lib_graphs, monkeypatch):
+    """A driver error when re-pointing a copy node at a call (simulated: the call returns
+    CUDA_ERROR_INVALID_VALUE): both nodes are disabled, that call and the later ones copy
+    their inputs in before the replay (a warning says so once), and the results stay the
+    eager ones."""
+    from sdtw.cuda import _launch
+
+    if not hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec"):
+        pytest.skip("this torch's CUDAGraph cannot keep its CUgraph (keep_graph)")
+    monkeypatch.setattr(_launch, "_driver_set_copy", lambda: lambda *args: 1)
+    monkeypatch.setattr(lib_graphs, "_warned_point", False)
+    B, N, M, D = 3, 21, 40, 5
+    y = randn(rng, B, M, D, device="cuda").float()
+
+    def check(x):
+        got = sdtw.softdtw(x, y, gamma=0.1)
+        with lib_graphs.eager():
+            expected = sdtw.softdtw(x, y, gamma=0.1)
+        assert rel_err(got, expected) <= 1e-6
+
+    x = randn(rng, B, N, D, device="cuda").float()
+    for _ in range(3):
+        check(x)
+    g = _only_graph(lib_graphs)
+    assert g.nodes is not None
+    with pytest.warns(RuntimeWarning, match="re-pointing"):
+        check(randn(rng, B, N, D, device="cuda").float())  # another address
+    assert g.nodes is None
+    check(randn(rng, B, N, D, device="cuda").float())
+    check(x)
+
+
+@requires_gpu
+@pytest.mark.cuda
 def test_gpu_library_graph_lends_its_gradients(rng, lib_graphs):
     """A replayed call's gradients stay in the graph's buffers (no clone) when its backward ran
     before the next replay; with ``retain_graph=True`` or no backward yet, the next replay

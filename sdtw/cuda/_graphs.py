@@ -14,7 +14,8 @@ where the address differs from the last call's: a training loop whose caching al
 out the same addresses each step makes none), so the replay itself is the call's first GPU
 work.  Where torch cannot keep the graph's ``CUgraph`` (``CUDAGraph(keep_graph=True)``) or the
 driver cannot re-point its copies, the inputs are copied in before each replay instead
-(:func:`sdtw.cuda._launch.copy_into`, a driver copy each; a warning says so once).
+(:func:`sdtw.cuda._launch.copy_into`, a driver copy each; a warning says so once); likewise,
+with the two nodes disabled, for a graph whose re-pointing the driver refuses at a call.
 
 Outputs: the values are cloned.  The gradients stay in the graph's static buffers, lent to
 the call's autograd node (:class:`Lease`; its backward's multiply by the upstream gradient
@@ -87,6 +88,7 @@ _seen: dict[tuple, int] = {}
 _side: dict[int, torch.cuda.Stream] = {}
 _warned = False
 _warned_copy = False
+_warned_point = False
 #: Copy the inputs in as the graph's own first nodes (re-pointed per call) where possible.
 _copy_in = True
 
@@ -216,9 +218,12 @@ class _Graph:
         with self.lock:  # two threads on one stream: copy, replay, clone stay together
             if self.nodes is not None:
                 sx, sy = _source(x, self.dtype), _source(y, self.dtype)
-                self.nodes[0].point(sx.data_ptr())
-                self.nodes[1].point(sy.data_ptr())
-            else:
+                try:
+                    self.nodes[0].point(sx.data_ptr())
+                    self.nodes[1].point(sy.data_ptr())
+                except RuntimeError as exc:
+                    self._copies_instead(exc)
+            if self.nodes is None:
                 L.copy_into(self.x, x, stream)
                 L.copy_into(self.y, y, stream)
             lease = self.pending() if self.pending is not None else None
@@ -233,6 +238,23 @@ class _Graph:
             res = (out.clone(), grads)
         L.launch_counts.update(self.launches)
         return res
+
+    def _copies_instead(self, exc: Exception) -> None:
+        """The driver refused to re-point a copy node (say, an input in memory it will not
+        take there): leave both nodes out of later launches and copy the inputs in before
+        each replay from now on, with a warning (once)."""
+        global _warned_point
+        for node in self.nodes:
+            node.disable()
+        self.nodes = None
+        if not _warned_point:
+            _warned_point = True
+            warnings.warn(
+                f"sdtw: re-pointing a library CUDA graph's input copy failed ({exc}); that "
+                "graph copies its inputs in before each replay from now on",
+                RuntimeWarning,
+                stacklevel=5,
+            )
 
 
 def _source(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -465,6 +465,15 @@ class CopyNode:
         )
         self.src = src
 
+    def disable(self) -> None:
+        """Leave this node out of the graph's later launches (``cuGraphNodeSetEnabled``)."""
+        _driver_call(_driver_enable(), "cuGraphNodeSetEnabled", self.exec_, self.node, 0)
+
+
+def _driver_enable():
+    """``cuGraphNodeSetEnabled``, or None."""
+    return _driver_fn("cuGraphNodeSetEnabled", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint])
+
 
 def _driver_set_copy():
     """``cuGraphExecMemcpyNodeSetParams``, or None."""
@@ -475,15 +484,15 @@ def _driver_set_copy():
 def copy_nodes(graph: int, exec_: int, dsts: tuple[int, ...]) -> tuple[CopyNode, ...] | None:
     """The memcpy nodes of the CUDA graph ``graph`` (a ``CUgraph`` handle, instantiated as
     ``exec_``) that write to the device addresses ``dsts``, one each, in that order; None
-    where the driver lacks a function for it or the graph does not have exactly one such
-    node per address."""
+    where the driver lacks a function to re-point or disable them or the graph does not have
+    exactly one such node per address."""
     vp, sz = ctypes.c_void_p, ctypes.c_size_t
     get_nodes = _driver_fn("cuGraphGetNodes", [vp, ctypes.POINTER(vp), ctypes.POINTER(sz)])
     get_type = _driver_fn("cuGraphNodeGetType", [vp, ctypes.POINTER(ctypes.c_int)])
     get_params = _driver_fn("cuGraphMemcpyNodeGetParams", [vp, ctypes.POINTER(_Memcpy3D)])
     set_params = _driver_set_copy()
     get_ctx = _driver_fn("cuCtxGetCurrent", [ctypes.POINTER(vp)])
-    if None in (get_nodes, get_type, get_params, set_params, get_ctx):
+    if None in (get_nodes, get_type, get_params, set_params, get_ctx, _driver_enable()):
         return None
     count = sz(0)
     _driver_call(get_nodes, "cuGraphGetNodes", graph, None, ctypes.byref(count))
