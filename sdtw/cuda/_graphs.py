@@ -89,8 +89,6 @@ _side: dict[int, torch.cuda.Stream] = {}
 _warned = False
 _warned_copy = False
 _warned_point = False
-#: Copy the inputs in as the graph's own first nodes (re-pointed per call) where possible.
-_copy_in = True
 
 #: torch's raw current-stream query (one C call), where this torch has it.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -192,7 +190,6 @@ class _Graph:
 
     __slots__ = (
         "cells",
-        "dtype",
         "graph",
         "launches",
         "lock",
@@ -206,7 +203,6 @@ class _Graph:
     def __init__(self, x, y, graph, outs, launches, cells, nodes) -> None:
         self.x, self.y, self.graph, self.outs = x, y, graph, outs
         self.launches, self.cells, self.nodes = launches, cells, nodes
-        self.dtype = x.dtype
         self.lock = threading.Lock()
         self.pending = None  # weakref to the last call's Lease
 
@@ -217,7 +213,7 @@ class _Graph:
         L = _launch()
         with self.lock:  # two threads on one stream: copy, replay, clone stay together
             if self.nodes is not None:
-                sx, sy = _source(x, self.dtype), _source(y, self.dtype)
+                sx, sy = _source(x, self.x.dtype), _source(y, self.y.dtype)
                 try:
                     self.nodes[0].point(sx.data_ptr())
                     self.nodes[1].point(sy.data_ptr())
@@ -339,24 +335,24 @@ def _new_graph(keep: bool) -> tuple[torch.cuda.CUDAGraph, bool]:
 
 
 def _record(side, x, y, sx, sy, compute: Compute, copy_in: bool) -> tuple:
-    """Capture ``compute(sx, sy)`` on stream ``side``, preceded where ``copy_in`` by the
-    copies of x, y into sx, sy as memcpy nodes (then found in the instantiated graph:
-    :func:`sdtw.cuda._launch.copy_nodes`): (graph, outputs, copy nodes or None)."""
+    """Capture ``compute(sx, sy)`` on stream ``side``, preceded where ``copy_in`` (and where
+    torch keeps the graph's ``CUgraph``) by the copies of x, y into sx, sy as memcpy nodes,
+    then found in the instantiated graph (:func:`sdtw.cuda._launch.copy_nodes`): (graph,
+    outputs, copy nodes or None, whether the graph holds copies)."""
     L = _launch()
     graph, copy_in = _new_graph(copy_in)
-    srcs = (_source(x, sx.dtype), _source(y, sy.dtype)) if copy_in else ()
     with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
         if copy_in:
-            L.copy_into(sx, srcs[0], side.cuda_stream)
-            L.copy_into(sy, srcs[1], side.cuda_stream)
+            L.copy_into(sx, _source(x, sx.dtype), side.cuda_stream)
+            L.copy_into(sy, _source(y, sy.dtype), side.cuda_stream)
         outs = compute(sx, sy)
-    nodes = None
-    if copy_in:
-        graph.instantiate()
-        nodes = L.copy_nodes(
-            graph.raw_cuda_graph(), graph.raw_cuda_graph_exec(), (sx.data_ptr(), sy.data_ptr())
-        )
-    return graph, outs, nodes
+    if not copy_in:
+        return graph, outs, None, False
+    graph.instantiate()
+    nodes = L.copy_nodes(
+        graph.raw_cuda_graph(), graph.raw_cuda_graph_exec(), (sx.data_ptr(), sy.data_ptr())
+    )
+    return graph, outs, nodes, True
 
 
 def _capture(key: tuple, x, y, dtype: torch.dtype, compute: Compute) -> _Graph | None:
@@ -380,8 +376,8 @@ def _capture(key: tuple, x, y, dtype: torch.dtype, compute: Compute) -> _Graph |
             compute(sx, sy)
         cur.wait_stream(side)
         before = launch_counts.copy()
-        graph, outs, nodes = _record(side, x, y, sx, sy, compute, _copy_in)
-        if _copy_in and nodes is None:
+        graph, outs, nodes, copies = _record(side, x, y, sx, sy, compute, True)
+        if nodes is None:
             if not _warned_copy:
                 _warned_copy = True
                 warnings.warn(
@@ -391,8 +387,9 @@ def _capture(key: tuple, x, y, dtype: torch.dtype, compute: Compute) -> _Graph |
                     RuntimeWarning,
                     stacklevel=4,
                 )
-            launch_counts.subtract(_count_since(before))
-            graph, outs, nodes = _record(side, x, y, sx, sy, compute, False)
+            if copies:  # copies from this call's addresses for good: capture again without
+                launch_counts.subtract(_count_since(before))
+                graph, outs, _, _ = _record(side, x, y, sx, sy, compute, False)
         launches = _count_since(before)
         # the capture only recorded the launches: nothing ran; the replays will count them
         launch_counts.subtract(launches)
