@@ -42,6 +42,8 @@ unfused one and the first fused forward without gradients (B = 32, N = M = 512, 
 compiling or loading its kernels, then a second fused step, with the kernel cache's hits and
 misses (run it twice in fresh processes, and with ``SDTW_KERNEL_CACHE=0``, to see what the
 on-disk cache saves);
+``--mmabench``: one SM's throughput of TF32 and BF16 ``mma.sync`` and float32 FMA against the
+number of warps issuing them (what the in-sweep gradients' products can get);
 ``SDTW_TIMING=1 ... --lag [--dim D]``: from per-block timer stamps (``sdtw.cuda._kernels.TIMING``),
 how far each band runs behind the one it reads from, and the time per step.
 """
@@ -1100,6 +1102,140 @@ def _no_grad(x, y, fused):
         return sdtw.softdtw(x, y, backend="cuda", fused=fused)
 
 
+def _mma_bench_kernels():
+    """Numba kernels for :func:`mma_bench`: each warp runs ``iters`` rounds of eight independent
+    products (TF32 ``mma.sync.m16n8k8``, BF16 ``m16n8k16``) or eight independent float32 FMA
+    chains four deep."""
+    from llvmlite import ir
+    from numba import cuda, float32, int32
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    from sdtw.cuda import _kernels as K
+
+    tmma = K._tmma
+
+    @intrinsic
+    def bmma(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        sig = types.UniTuple(types.float32, 4)(*([types.int32] * 6 + [types.float32] * 4))
+
+        def codegen(context, builder, signature, args):
+            ft, i32 = ir.FloatType(), ir.IntType(32)
+            res = builder.asm(
+                ir.FunctionType(ir.LiteralStructType([ft] * 4), [i32] * 6 + [ft] * 4),
+                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {$0, $1, $2, $3}, "
+                "{$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+                ",".join(["=f"] * 4 + ["r"] * 6 + ["f"] * 4),
+                list(args),
+                True,
+            )
+            out = [builder.extract_value(res, i) for i in range(4)]
+            return context.make_tuple(builder, signature.return_type, out)
+
+        return sig, codegen
+
+    def make(kind):
+        def body(out, iters):
+            t = cuda.threadIdx.x
+            f = float32(t) * float32(1e-3)
+            i = int32(t) | int32(0x3F800000)
+            c = cuda.local.array((8, 4), float32)
+            for k in range(8):
+                for q in range(4):
+                    c[k, q] = float32(0.0)
+            for _ in range(iters):
+                for k in range(8):
+                    if kind == 0:
+                        c[k, 0], c[k, 1], c[k, 2], c[k, 3] = tmma(
+                            f, f, f, f, f, f, c[k, 0], c[k, 1], c[k, 2], c[k, 3]
+                        )
+                    elif kind == 1:
+                        c[k, 0], c[k, 1], c[k, 2], c[k, 3] = bmma(
+                            i, i, i, i, i, i, c[k, 0], c[k, 1], c[k, 2], c[k, 3]
+                        )
+                    else:
+                        for q in range(4):
+                            c[k, q] = c[k, q] * f + f
+            s = float32(0.0)
+            for k in range(8):
+                for q in range(4):
+                    s += c[k, q]
+            out[cuda.blockIdx.x * cuda.blockDim.x + t] = s
+
+        return cuda.jit(body)
+
+    return make(0), make(1), make(2)
+
+
+def _sm_ghz(cycles: int = 20_000_000) -> float:
+    """The SM clock in GHz: one block spins for ``cycles`` of ``%clock64``, timed by CUDA
+    events."""
+    from llvmlite import ir
+    from numba import cuda as ncuda
+    from numba.core import types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def clock64(typingctx):
+        def codegen(context, builder, signature, args):
+            fty = ir.FunctionType(ir.IntType(64), [])
+            return builder.asm(fty, "mov.u64 $0, %clock64;", "=l", [], True)
+
+        return types.int64(), codegen
+
+    @ncuda.jit
+    def spin(out, n):
+        t0 = clock64()
+        while clock64() - t0 < n:
+            pass
+        out[0] = clock64() - t0
+
+    out = ncuda.device_array(1, dtype="int64")
+    spin[1, 1](out, 1000)
+    ncuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    spin[1, 1](out, cycles)
+    end.record()
+    torch.cuda.synchronize()
+    return int(out.copy_to_host()[0]) / (start.elapsed_time(end) * 1e6)
+
+
+def mma_bench(iters: int = 2048) -> None:
+    """Throughput of one SM's products by kind, against the warps on it: TF32 ``mma.sync``
+    (m16n8k8, the in-sweep gradients' products), BF16 ``mma.sync`` (m16n8k16) and float32
+    FMA, each warp eight independent accumulators; ``132 x blocks`` blocks of ``warps``
+    warps.  Prints the time, the products' rate in TFLOPS (2 per multiply-add), and the SM
+    clock cycles per instruction per SM sub-partition at the clock :func:`_sm_ghz` measures."""
+    from numba import cuda as ncuda
+
+    from sdtw.cuda import _launch  # noqa: F401 (numpy's shim for numba-cuda, on import)
+
+    kernels = dict(zip(("tf32 mma", "bf16 mma", "fp32 fma"), _mma_bench_kernels(), strict=True))
+    fmas = {"tf32 mma": 16 * 8 * 8, "bf16 mma": 16 * 8 * 16, "fp32 fma": 32 * 4}
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ghz = _sm_ghz()
+    print(f"{sms} SMs, clock {ghz:.2f} GHz (%clock64 against CUDA events, one block spinning)")
+    for name, kern in kernels.items():
+        for blocks, warps in ((1, 1), (1, 4), (4, 1), (4, 4), (8, 4)):
+            out = ncuda.device_array(sms * blocks * warps * 32, dtype="float32")
+            kern[sms * blocks, warps * 32](out, 8)
+            ncuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            kern[sms * blocks, warps * 32](out, iters)
+            end.record()
+            torch.cuda.synchronize()
+            ms = start.elapsed_time(end)
+            ins = sms * blocks * warps * iters * 8  # warp-instructions
+            tflops = ins * fmas[name] * 2 / ms / 1e9
+            per_sp = ms * 1e-3 * ghz * 1e9 / (ins / (sms * 4))
+            print(
+                f"{name}: {blocks} blocks/SM x {warps} warps: {ms:8.3f} ms  {tflops:7.1f} TFLOPS"
+                f"  {per_sp:6.2f} cycles per warp-instruction per sub-partition"
+            )
+
+
 def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("experiments.probe needs a CUDA GPU")
@@ -1133,6 +1269,7 @@ def main() -> None:
         "--nograd": (no_grad_forward, True),
         "--firstcall": (first_call, False),
         "--lag": (lag, False),
+        "--mmabench": (mma_bench, False),
     }
     for flag, (probe, takes_n) in modes.items():
         if flag in sys.argv:
