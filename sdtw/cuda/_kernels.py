@@ -2261,6 +2261,12 @@ def _build_sweep(nt_max: int):
             v1 = float32(2.0) * (cs * YS[o + 1] - c[2 * h + 1])
             red2(GYp, u32((jtop - p) * D + f), v0, v1)
 
+    @_device
+    def whole_chunk(jtop, D, nt):
+        """Whether the chunk whose position 0 is column ``jtop`` takes :func:`gy_out_full`:
+        all its columns in the table and ``D = 8 nt``."""
+        return jtop >= TW - 1 and D == 8 * nt
+
     def gy_chunk_gpu(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
         """``g_y[j] += 2 (cols_j y_j - sum_r tile[r, p] x_r)`` over this chunk's positions
         ``p`` (column ``j = jtop - p``) and the band's rows ``r`` (``XS``: staged, rows past
@@ -2272,7 +2278,7 @@ def _build_sweep(nt_max: int):
         cy = cuda.local.array((2, ng, 4), float32)
         bh = cuda.local.array((ng, 2), float32)
         bl = cuda.local.array((ng, 2), float32)
-        full = jtop >= TW - 1 and D == 8 * nt  # (see gy_out_full)
+        full = whole_chunk(jtop, D, nt)
         for h in range(nt_max // ng):
             if ng * h < nt:
                 for a in range(2):
@@ -2298,7 +2304,7 @@ def _build_sweep(nt_max: int):
     def gy_chunk_sim(TH, tb, CS, cb, XS, YS, GYp, jtop, D, nt, g, t):
         """The simulator's twin of ``gy_chunk_gpu``: the lane's outputs from the tile (by
         :func:`gy_out_full` where the GPU's takes it)."""
-        full = jtop >= TW - 1 and D == 8 * nt
+        full = whole_chunk(jtop, D, nt)
         for n in range(nt):
             for a in range(2):
                 c = [float32(0.0)] * 4
