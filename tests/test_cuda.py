@@ -1702,6 +1702,25 @@ def test_sweep_tiles():
     assert K.SWEEP_TILES[-1] * 8 == K.SWEEP_MAX_D
 
 
+def test_sim_async_copies_land_at_their_wait():
+    """The simulator's ``cp.async`` copies stay pending until the thread's wait, as late as
+    the hardware may land them: a read of the staged row before its wait sees the old
+    contents (so the simulator tests fail where a wait is missing), and after it the source's
+    values, read at issue."""
+    from sdtw.cuda import _kernels as K
+
+    S = np.zeros(8, dtype=np.float32)
+    A = np.arange(10, 18, dtype=np.float32)
+    K._cp_async_sim(S, 0, A, 3)
+    K._cp_async4_sim(S, 4, A, 4)
+    assert not S.any()
+    K._cp_wait_sim()
+    assert S.tolist() == [13, 0, 0, 0, 14, 15, 16, 17]
+    S[:] = 0
+    K._cp_wait_sim()  # (nothing pending any more)
+    assert not S.any()
+
+
 def test_sweep_grads_inputs_16_byte_aligned():
     """The gradient warp copies x's and y's rows 16 bytes at a time where D % 4 == 0, so the
     launcher hands it aligned data: a view that starts 4 bytes in becomes an aligned copy

@@ -2070,17 +2070,38 @@ def _cp_wait_intrinsic():
     return cp_wait
 
 
+# The simulator's asynchronous copies land as late as the hardware may let them: each thread
+# keeps its copies pending (the source read at issue: x and y are not written during a
+# launch) and writes them to shared memory only at the wait that covers them, so a read of a
+# staged row before its wait sees what was there before, and a test fails, where copies that
+# land at once (as the simulator's first form did) would hide the missing wait.
+_SIM_COPIES = threading.local()
+
+
+def _sim_pending() -> list:
+    """This thread's copies not yet waited for: a list of commit groups, the last one open."""
+    groups = getattr(_SIM_COPIES, "groups", None)
+    if groups is None:
+        groups = _SIM_COPIES.groups = [[]]
+    return groups
+
+
 def _cp_async_sim(S, i, A, j):
-    S[i] = A[j]
+    _sim_pending()[-1].append((S, i, A[j]))
 
 
 def _cp_async4_sim(S, i, A, j):
+    group = _sim_pending()[-1]
     for q in range(4):
-        S[i + q] = A[j + q]
+        group.append((S, i + q, A[j + q]))
 
 
 def _cp_wait_sim():
-    pass
+    """``cp.async.commit_group; cp.async.wait_all``: every pending copy lands."""
+    for group in _sim_pending():
+        for S, i, v in group:
+            S[i] = v
+    _SIM_COPIES.groups = [[]]
 
 
 def _red2_intrinsic():
