@@ -1212,7 +1212,9 @@ def mma_bench(iters: int = 2048) -> None:
     from sdtw.cuda import _launch  # noqa: F401 (numpy's shim for numba-cuda, on import)
 
     kernels = dict(zip(("tf32 mma", "bf16 mma", "fp32 fma"), _mma_bench_kernels(), strict=True))
-    fmas = {"tf32 mma": 16 * 8 * 8, "bf16 mma": 16 * 8 * 16, "fp32 fma": 32 * 4}
+    # multiply-adds per warp-instruction, and warp-instructions per accumulator and round
+    fmas = {"tf32 mma": 16 * 8 * 8, "bf16 mma": 16 * 8 * 16, "fp32 fma": 32}
+    per_acc = {"tf32 mma": 1, "bf16 mma": 1, "fp32 fma": 4}
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ghz = _sm_ghz()
     print(f"{sms} SMs, clock {ghz:.2f} GHz (%clock64 against CUDA events, one block spinning)")
@@ -1227,7 +1229,7 @@ def mma_bench(iters: int = 2048) -> None:
             end.record()
             torch.cuda.synchronize()
             ms = start.elapsed_time(end)
-            ins = sms * blocks * warps * iters * 8  # warp-instructions
+            ins = sms * blocks * warps * iters * 8 * per_acc[name]  # warp-instructions
             tflops = ins * fmas[name] * 2 / ms / 1e9
             per_sp = ms * 1e-3 * ghz * 1e9 / (ins / (sms * 4))
             print(
