@@ -1170,18 +1170,11 @@ def _mma_bench_kernels():
 def _sm_ghz(cycles: int = 20_000_000) -> float:
     """The SM clock in GHz: one block spins for ``cycles`` of ``%clock64``, timed by CUDA
     events."""
-    from llvmlite import ir
     from numba import cuda as ncuda
-    from numba.core import types
-    from numba.core.extending import intrinsic
 
-    @intrinsic
-    def clock64(typingctx):
-        def codegen(context, builder, signature, args):
-            fty = ir.FunctionType(ir.IntType(64), [])
-            return builder.asm(fty, "mov.u64 $0, %clock64;", "=l", [], True)
+    from sdtw.cuda._kernels import _sreg64_intrinsic
 
-        return types.int64(), codegen
+    clock64 = _sreg64_intrinsic("clock64")
 
     @ncuda.jit
     def spin(out, n):

@@ -595,24 +595,26 @@ TIMING = os.environ.get("SDTW_TIMING", "0") == "1" and not SIMULATED
 STAMPS = 3
 
 
-def _globaltimer_intrinsic():
+def _sreg64_intrinsic(register: str):
+    """An intrinsic that reads the 64-bit special register ``register`` (``%globaltimer``:
+    nanoseconds; ``%clock64``: SM cycles) as an int64."""
     from llvmlite import ir
     from numba.core import types
     from numba.core.extending import intrinsic
 
     @intrinsic
-    def globaltimer(typingctx):
+    def sreg64(typingctx):
         def codegen(context, builder, signature, args):
             fty = ir.FunctionType(ir.IntType(64), [])
-            return builder.asm(fty, "mov.u64 $0, %globaltimer;", "=l", [], True)
+            return builder.asm(fty, f"mov.u64 $0, %{register};", "=l", [], True)
 
         return types.int64(), codegen
 
-    return globaltimer
+    return sreg64
 
 
 if TIMING:
-    _globaltimer = _globaltimer_intrinsic()
+    _globaltimer = _sreg64_intrinsic("globaltimer")
 
 
 @_device
