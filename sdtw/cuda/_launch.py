@@ -757,7 +757,9 @@ def sweep_grads(x: torch.Tensor) -> bool:
     N = 512, D = 64, as from E).  Why D = 64 stays slower (runs 142-145, B = 32, N = 512): a
     band's pace there is ~0.29 us per step against 0.090 from E; two gradient warps per band
     (g_x and g_y apart, not kept) left it at 0.29, and in that form ~0.10 of it was the
-    products, ~0.08 the waits for y's chunk rows and ~0.125 the rest."""
+    products, ~0.08 the waits for y's chunk rows and ~0.125 the rest.  y's rows copied a
+    chunk ahead into a second buffer (D <= 32, where it fits; run 148, not kept) left the pace
+    at D = 1, 16 and 32 where it was."""
     max_d = K.SWEEP_MAX_D if FORCE_SWEEP_GRADS else SWEEP_DEFAULT_MAX_D
     if FORCE_SWEEP_GRADS is False or x.dtype != torch.float32 or x.shape[2] > max_d:
         return False
