@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The in-sweep gradients (the default for float32 D <= 16, forced by SDTW_SWEEP_GRADS=1; see
-# "Gradients in the backward's sweep" in the README) on the GPU, in one device call.
+# "Gradients in the backward's sweep" in PERFORMANCE.md) on the GPU, in one device call.
 # Usage: bash experiments/sweep_grads.sh check|sanitize|ncu   (OUT: where logs go; default a
 # temp dir)
 #   check: their GPU tests (pytest -m cuda -k sweep), each band's pace with them forced
