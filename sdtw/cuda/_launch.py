@@ -747,7 +747,8 @@ def sweep_grads(x: torch.Tensor) -> bool:
     The rule follows ``probe --sweepab`` on the H200 (run 131 of ``probe-dev.txt``, 13c8e8b;
     B = 32, fused, whole-step CUDA-graph replays, sweep against from E, us): N = 512, D = 1
     407 / 396, D = 8 408 / 432, D = 16 432 / 434, D = 32 500 / 448, D = 64 617 / 463;
-    N = 2048, D = 1 2754 / 2950, D = 16 2999 / 3257, D = 64 4783 / 3651.  The sweep's
+    N = 2048, D = 1 2754 / 2950, D = 16 2999 / 3257, D = 64 4783 / 3651; D = 32 at
+    N = 1024 1133 / 1065, at N = 2048 3421 / 3388 (run 151: no size where it wins).  The sweep's
     products cost the one gradient warp of each band time that grows with D (the backward
     kernel alone at N = 512: 130, 148, 211 and 320 us at D = 1, 16, 32, 64), while from E
     the backward takes 103 us and a separate kernel the products at full GPU width (19 us at
