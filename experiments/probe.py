@@ -35,8 +35,9 @@ variants off, on in the forward, and on in the forward and the backward, in turn
 process (B = 32, D = 64, N = 512 or N);
 ``--gradtune [N]``: the float32 gradients wrt x and y from a random E by the tensor-core
 kernel (Triton) under several launch settings and precisions, and by cuBLAS's float32 and
-TF32 products (GPU time and errors; B = 32, D = 64, N = 512 or N); ``--gradsizes``: the
-kernel's two settings against cuBLAS's float32 form over the paper grid's sizes;
+TF32 products (GPU time and errors; B = 32, D = 64, N = 512 or N);
+``--gradsizes [--dims 24,32]``: the kernel's two settings against cuBLAS's float32 form over
+the paper grid's sizes (or at B = 32, N = M in 512, 1024, 2048 for each D given);
 ``--firstcall``: in this process, the wall time of the first fused training step, the first
 unfused one and the first fused forward without gradients (B = 32, N = M = 512, D = 64), each
 compiling or loading its kernels, then a second fused step, with the kernel cache's hits and
@@ -610,16 +611,20 @@ def grad_tune(N: int = 512, B: int = 32, D: int = 64, n: int = 20) -> None:
           f"{ust:8.1f} us (E^T)", flush=True)  # fmt: skip
 
 
-def grad_sizes() -> None:
+def grad_sizes(dims: tuple[int, ...] | None = None) -> None:
     """Both gradients from E by the tensor-core kernel's two settings
     (:data:`sdtw.cuda._tc_grads.SMALL`, ``LARGE``) and by cuBLAS's float32 form, over the
-    paper grid's sizes and D (GPU time, CUDA-graph replays)."""
+    paper grid's sizes and D (GPU time, CUDA-graph replays); with ``dims`` (``--dims
+    24,32``), at B = 32, N = M in 512, 1024, 2048 for each D given instead."""
     from sdtw._sqeuclidean import sqeuclidean_grads
     from sdtw.cuda import _tc_grads
 
-    for B, N, D in [(32, 128, 1), (32, 128, 64), (16, 512, 1), (32, 512, 1), (32, 512, 64),
-                    (16, 1024, 64), (32, 1024, 1), (32, 1024, 64), (32, 2048, 1),
-                    (32, 2048, 64), (32, 256, 1024), (4, 8192, 64)]:  # fmt: skip
+    cases = [(32, 128, 1), (32, 128, 64), (16, 512, 1), (32, 512, 1), (32, 512, 64),
+             (16, 1024, 64), (32, 1024, 1), (32, 1024, 64), (32, 2048, 1),
+             (32, 2048, 64), (32, 256, 1024), (4, 8192, 64)]  # fmt: skip
+    if dims is not None:
+        cases = [(32, N, D) for D in dims for N in (512, 1024, 2048)]
+    for B, N, D in cases:
         case = _grad_case(B, N, N, D)
         times = []
         for cfg in (_tc_grads.SMALL, _tc_grads.LARGE):
@@ -1271,7 +1276,7 @@ def main() -> None:
             kwargs = number_after(flag) if takes_n else {}
             if flag in ("--ncu", "--lag", "--graphsplit") and "--dim" in sys.argv:
                 kwargs["D"] = int(sys.argv[sys.argv.index("--dim") + 1])
-            if flag == "--sweepab" and "--dims" in sys.argv:
+            if flag in ("--sweepab", "--gradsizes") and "--dims" in sys.argv:
                 dims = sys.argv[sys.argv.index("--dims") + 1]
                 kwargs["dims"] = tuple(int(d) for d in dims.split(","))
             if flag in ("--kernels", "--nograd") and "--float64" in sys.argv:
