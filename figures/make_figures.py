@@ -18,6 +18,8 @@ file stem                what
                          float32 inputs, every implementation, gamma 1e-4 .. 10
 ``scaling``              time and memory vs N up to the longest length measured, log-log,
                          fitted slope (N >= 512) in the legend
+``targets-processes``    issue 3's eager N = 512 step (B = 32, D = 64) in each fresh device
+                         process of ``targets-processes/``, against the 0.5 ms target
 ``fig2-barycenter``      paper Figure 2, drawn by ``examples.barycenter`` when it exists
 =======================  ===================================================================
 
@@ -37,6 +39,7 @@ byte-identical PNG and PDF files.
 from __future__ import annotations
 
 import argparse
+import csv
 import importlib
 import math
 import sys
@@ -522,6 +525,92 @@ def figure_scaling(results: Results, out: Path) -> list[Path]:
 
 
 # --------------------------------------------------------------------------------------------
+# The eager N = 512 step in each device process (issue 3's 0.5 ms target)
+# --------------------------------------------------------------------------------------------
+
+#: Issue 3's target for a forward + backward step at B = 32, N = M = 512, D = 64 (ms).
+TARGET_512_MS = 0.5
+
+
+def _process_rows(folder: Path) -> list[tuple[str, list[dict[str, str]]]]:
+    """(label, rows) of each ``targets-run<R>-process<P>.csv`` in ``folder``, in run order."""
+
+    def key(path: Path) -> tuple[int, int]:
+        run, process = path.stem.removeprefix("targets-run").split("-process")
+        return int(run), int(process)
+
+    out = []
+    for path in sorted(folder.glob("targets-run*-process*.csv"), key=key):
+        run, process = key(path)
+        with path.open(newline="") as f:
+            out.append((f"run {run}\n#{process}", list(csv.DictReader(f))))
+    return out
+
+
+def figure_processes(results: Results, out: Path) -> list[Path]:
+    """The eager N = 512 step (B = 32, D = 64) in each fresh device process of
+    ``targets-processes/``: synchronised medians with their p20-p80 and back-to-back
+    medians, fused and unfused, against the 0.5 ms target."""
+    runs = _process_rows(results.folder / "targets-processes")
+    if not runs:
+        print("targets-processes: SKIPPED — no targets-processes/*.csv in the results folder")
+        return []
+    fig, ax = plt.subplots(figsize=(8.5, 4.6))
+    offsets = {"sdtw-fused": -0.12, "sdtw-unfused": 0.12}
+    for impl, dx in offsets.items():
+        style = _style(impl)
+        for i, (_, rows) in enumerate(runs):
+            for row in rows:
+                if row["impl"] != impl or int(row["N"]) != 512 or row["status"] != "ok":
+                    continue
+                y = num(row["median"])
+                if row["metric"] == "time_ms":
+                    lo, hi = num(row["p20"]), num(row["p80"])
+                    ax.errorbar(
+                        [i + dx], [y], yerr=[[y - lo], [hi - y]], color=style["color"],
+                        marker=style["marker"], ls="none", capsize=3,
+                    )  # fmt: skip
+                elif row["metric"] == "time_ms_back_to_back":
+                    ax.plot(
+                        [i + dx], [y], marker=style["marker"], ls="none",
+                        color=style["color"], markerfacecolor="none",
+                    )  # fmt: skip
+    ax.axhline(TARGET_512_MS, color="#c92a2a", ls="--", lw=1.2)
+    ax.set_xticks(range(len(runs)))
+    ax.set_xticklabels([label for label, _ in runs], fontsize=7.5)
+    ax.set_xlim(-0.6, len(runs) - 0.4)
+    ax.set_ylabel("forward + backward of loss.sum() (ms)")
+    handles = [
+        *(Line2D([], [], label=f"{_label(i)}, synchronised: median, p20-p80", **_style(i))
+          for i in offsets),
+        *(Line2D([], [], ls="none", marker=_style(i)["marker"], color=_style(i)["color"],
+                 markerfacecolor="none", label=f"{_label(i)}, back to back: median")
+          for i in offsets),
+        Line2D([], [], color="#c92a2a", ls="--", label=f"target ≤ {TARGET_512_MS} ms (issue 3)"),
+    ]  # fmt: skip
+    ax.legend(handles=handles, fontsize=7, loc="upper right", frameon=False)
+    ax.set_title(
+        "Eager step at B = 32, N = M = 512, D = 64, float32, one fresh device process each",
+        fontsize=9.5,
+    )
+    rows = [row for _, rs in runs for row in rs]
+
+    def distinct(column: str, width: int | None = None) -> str:
+        return " / ".join(sorted({r[column].strip()[:width] for r in rows if r[column].strip()}))
+
+    folder = (results.folder / "targets-processes").resolve()
+    where = folder.relative_to(REPO) if folder.is_relative_to(REPO) else Path(folder.name)
+    fig.text(
+        0.5, 0.01,
+        f"data: {where.as_posix()}/*.csv; {distinct('gpu')}, torch {distinct('torch')}, "
+        f"git {distinct('git_sha', 7)}, {distinct('date_utc', 10)}",
+        ha="center", fontsize=6.5, color="#555555",
+    )  # fmt: skip
+    fig.subplots_adjust(left=0.09, right=0.98, top=0.92, bottom=0.16)
+    return _save(fig, out, "targets-processes")
+
+
+# --------------------------------------------------------------------------------------------
 # Figure 2: barycenter (another module's job)
 # --------------------------------------------------------------------------------------------
 
@@ -548,6 +637,7 @@ FIGURES = {
     "fig1": figure1,
     "accuracy": figure_accuracy,
     "scaling": figure_scaling,
+    "processes": figure_processes,
     "fig2": figure2,
 }
 

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "paper" / "REPRODUCTION.md"
 FIGURES = REPO / "figures"
 SHARED = REPO.parent / "shared" / "reference"
-DRAWN = ("fig1-memory-runtime", "accuracy-gamma", "scaling")
+DRAWN = ("fig1-memory-runtime", "accuracy-gamma", "scaling", "targets-processes")
 
 
 def _diff(expected: str, actual: str) -> str:
@@ -264,7 +264,7 @@ def test_published_saving_column_is_against_maghoumi() -> None:
 
 
 def test_committed_figures_exist() -> None:
-    """The report links these; `nox -s figures` writes them."""
+    """The report and the README link these; `nox -s figures` writes them."""
     for stem in DRAWN:
         for suffix in (".png", ".pdf"):
             assert (FIGURES / f"{stem}{suffix}").exists(), (
@@ -278,7 +278,7 @@ def test_figures_render_deterministically(tmp_path: Path) -> None:
 
     first, second = tmp_path / "a", tmp_path / "b"
     assert make_figures.main(["--out", str(first), "--only", "fig1", "--only", "accuracy",
-                              "--only", "scaling"]) == 0  # fmt: skip
+                              "--only", "scaling", "--only", "processes"]) == 0  # fmt: skip
     for stem in DRAWN:
         for suffix in (".png", ".pdf"):
             path = first / f"{stem}{suffix}"
@@ -287,3 +287,13 @@ def test_figures_render_deterministically(tmp_path: Path) -> None:
     for suffix in (".png", ".pdf"):
         name = f"accuracy-gamma{suffix}"
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_processes_figure_skips_without_its_csvs(tmp_path: Path, capsys) -> None:
+    """A results folder without ``targets-processes/`` draws nothing and says so."""
+    pytest.importorskip("matplotlib")
+    from figures import make_figures
+    from paper.results import Results
+
+    assert make_figures.figure_processes(Results(tmp_path), tmp_path / "out") == []
+    assert "SKIPPED" in capsys.readouterr().out
