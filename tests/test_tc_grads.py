@@ -41,15 +41,30 @@ def _inputs(rng, B, N, M, D, device):
     return x, y, E, rows, cols
 
 
+def _term_scale(x, E, rows, y):
+    """The size of the terms that 2 (x * rows - E @ y) adds up, 2 (|x| |rows| + |E| @ |y|):
+    a float32 sum of them is off by a few float32 roundings of this, however much they
+    cancel (x close to y in a 1 x 1 pair leaves a gradient far smaller than its terms)."""
+    x, E, rows, y = (t.double().abs() for t in (x, E, rows, y))
+    return 2 * (x * rows + E @ y)
+
+
 def _check(rng, shape, device, tol):
+    """Both gradients against float64 on the same float32 inputs: the norm of the difference
+    over the norm of the terms' sizes (``_term_scale``) at most ``tol``.  The plain relative
+    error would fail now and then on cancellation that no float32 kernel can avoid (1 in
+    ~300 draws at (1, 1, 1, 1) reach 2e-6); an indexing, stride or mask error is off by
+    the terms themselves and still fails."""
     from sdtw.cuda import _tc_grads
 
     x, y, E, rows, cols = _inputs(rng, *shape, device)
     got = _tc_grads.sqeuclidean_grads_tc(x, y, E, rows, cols)
     want = sqeuclidean_grads(x.double(), y.double(), E.double(), rows.double(), cols.double())
-    for name, a, b in zip(("grad_x", "grad_y"), got, want, strict=True):
+    scales = (_term_scale(x, E, rows, y), _term_scale(y, E.transpose(1, 2), cols, x))
+    for name, a, b, scale in zip(("grad_x", "grad_y"), got, want, scales, strict=True):
         assert a.shape == b.shape and a.dtype == torch.float32 and a.device == x.device
-        assert rel_err(a, b) <= tol, (name, shape, rel_err(a, b))
+        err = float((a.double() - b).norm() / scale.norm())
+        assert err <= tol, (name, shape, err, rel_err(a, b))
     gx, gy = _tc_grads.sqeuclidean_grads_tc(x, y, E, rows, cols, need_x=False)
     assert gx is None and torch.equal(gy, got[1])
     gx, gy = _tc_grads.sqeuclidean_grads_tc(x, y, E, rows, cols, need_y=False)
