@@ -17,6 +17,10 @@ nox.options.sessions = ["tests", "lint"]
 nox.options.reuse_existing_virtualenvs = True
 
 VENV = ["--system-site-packages"]
+# Tools run as ``python -m``: where the machine has pytest (or ruff) outside the session's
+# environment, pip does not install it into the environment, and a bare ``pytest`` would be
+# the machine's, whose Python does not see what the session installed (a fresh CI machine
+# with a system pytest failed the harness's tests on a missing tqdm that way).
 
 
 def _install(session: nox.Session, extras: str) -> None:
@@ -29,21 +33,24 @@ def _install(session: nox.Session, extras: str) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite on the CPU, CUDA kernels in Numba's simulator (GPU tests skip)."""
     _install(session, "test")
-    session.run("pytest", *session.posargs, env={"NUMBA_ENABLE_CUDASIM": "1"})
+    session.run("python", "-m", "pytest", *session.posargs, env={"NUMBA_ENABLE_CUDASIM": "1"})
 
 
 @nox.session(venv_params=VENV)
 def gpu(session: nox.Session) -> None:
     """Run the GPU tests (marker `cuda`) on a real GPU."""
     _install(session, "test,cuda")
-    session.run("pytest", "-m", "cuda", *session.posargs, env={"NUMBA_ENABLE_CUDASIM": "0"})
+    session.run(
+        "python", "-m", "pytest", "-m", "cuda", *session.posargs, env={"NUMBA_ENABLE_CUDASIM": "0"}
+    )
 
 
 @nox.session(venv_params=VENV)
 def lint(session: nox.Session) -> None:
     """Lint and format-check with ruff."""
     session.install("ruff>=0.5")
-    session.run("ruff", "check", ".")
+    session.run("python", "-m", "ruff", "check", ".")
+    session.run("python", "-m", "ruff", "format", "--check", ".")
 
 
 @nox.session(venv_params=VENV)
@@ -58,6 +65,8 @@ def benchmark(session: nox.Session) -> None:
     """pytest-benchmark suite: save this run, compare with the last saved one (fail > 20%)."""
     _install(session, "test,bench")
     session.run(
+        "python",
+        "-m",
         "pytest",
         "-m",
         "not cudasim",
