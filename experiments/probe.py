@@ -37,7 +37,11 @@ process (B = 32, D = 64, N = 512 or N);
 kernel (Triton) under several launch settings and precisions, and by cuBLAS's float32 and
 TF32 products (GPU time and errors; B = 32, D = 64, N = 512 or N);
 ``--gradsizes [--dims 24,32]``: the kernel's two settings against cuBLAS's float32 form over
-the paper grid's sizes (or at B = 32, N = M in 512, 1024, 2048 for each D given);
+the paper grid's sizes (or at B = 32, N = M in 512, 1024, 2048 for each D given; where D is
+a multiple of 4 but not of 16, also without telling the kernel so);
+``--tcrule [N] [--dims 24,32,48]``: a training step's gradients from E by the tensor-core
+kernel against cuBLAS's float32 form (whole-step graph replays, fused and unfused, B = 32,
+N = M in 512, 2048 or N), then both forms' errors against float64;
 ``--firstcall``: in this process, the wall time of the first fused training step, the first
 unfused one and the first fused forward without gradients (B = 32, N = M = 512, D = 64), each
 compiling or loading its kernels, then a second fused step, with the kernel cache's hits and
@@ -630,12 +634,89 @@ def grad_sizes(dims: tuple[int, ...] | None = None) -> None:
         for cfg in (_tc_grads.SMALL, _tc_grads.LARGE):
             _tc_grads.CONFIG = cfg
             times.append(_replayed_us(lambda c=case: _tc_grads.sqeuclidean_grads_tc(*c)))
+        hint = ""
+        if _tc_grads._quantum(D) != 1:  # the same without telling the kernel D % 4 == 0
+            _tc_grads.CONFIG, _tc_grads.ALIGN = _tc_grads.SMALL, False
+            try:
+                us = _replayed_us(lambda c=case: _tc_grads.sqeuclidean_grads_tc(*c))
+            finally:
+                _tc_grads.ALIGN = True
+            hint = f"  tc small, no D % 4 hint {us:8.1f}"
         _tc_grads.CONFIG = None
         ref = _replayed_us(lambda c=case: sqeuclidean_grads(*c))
         print(f"B={B} N={N} D={D} grads us: tc small {times[0]:8.1f}  tc large {times[1]:8.1f}"
-              f"  cublas float32 {ref:8.1f}", flush=True)  # fmt: skip
+              f"  cublas float32 {ref:8.1f}{hint}", flush=True)  # fmt: skip
         del case
         torch.cuda.empty_cache()
+
+
+def tc_rule(
+    N: int | None = None, B: int = 32, reps: int = 40, dims: tuple[int, ...] = (24, 32, 48)
+) -> None:
+    """The float32 gradients from E by the tensor-core kernel (``sdtw.cuda._tc_grads``)
+    against cuBLAS's float32 form in a training step (``_tc_grads.MIN_D`` 1 / past any D; the
+    gradients from E, ``FORCE_SWEEP_GRADS`` False): whole-step CUDA-graph replays, fused and
+    unfused, B = 32, D in ``dims`` (``--dims``), N = M in 512, 2048 (or N), alternated
+    ``reps`` times in one process (the first 5 of each dropped); then both gradients' errors
+    against float64 at B = 4, N = 512 (gamma 1 and 1e-3)."""
+    import sdtw.cuda
+    from experiments.impls import FORWARD_BACKWARD, IMPLS
+    from experiments.run import _graph_step
+    from sdtw.cuda import _launch, _tc_grads
+
+    sdtw.cuda.set_graphs(False)
+    _launch.FORCE_SWEEP_GRADS = False
+    rule = _tc_grads.MIN_D
+    sizes = (N,) if N is not None else (512, 2048)
+    try:
+        for D in dims:
+            for n in sizes:
+                x = torch.randn(B, n, D, device="cuda")
+                y = torch.randn(B, n, D, device="cuda")
+                for fused in (True, False):
+                    impl = IMPLS["sdtw-fused-graph" if fused else "sdtw-unfused-graph"]
+                    graphs = {}
+                    for tc in (True, False):
+                        _tc_grads.MIN_D = 1 if tc else 1 << 30
+                        graphs[tc] = _graph_step(impl, x, y, 1.0, FORWARD_BACKWARD)
+                        graphs[tc]()  # warm-up
+                        graphs[tc]()  # capture (and a replay)
+                    times: dict[bool, list[float]] = {True: [], False: []}
+                    for rep in range(reps):
+                        for tc in (True, False):
+                            ms = _time_ms(graphs[tc], "cuda")
+                            if rep >= 5:
+                                times[tc].append(ms * 1e3)
+                    print(
+                        f"B={B} N={n} D={D} fused={fused}: whole-step graph, gradients by "
+                        f"the tensor-core kernel {statistics.median(times[True]):.1f} / "
+                        f"cuBLAS {statistics.median(times[False]):.1f} us",
+                        flush=True,
+                    )
+                    del graphs
+                    torch.cuda.empty_cache()
+        for D in dims:
+            x = torch.randn(4, 512, D, device="cuda")
+            y = torch.randn(4, 512, D, device="cuda")
+            for gamma in (1.0, 0.001):
+                xr, yr = (t.cpu().double().requires_grad_() for t in (x, y))
+                loss = sdtw.softdtw(xr, yr, gamma=gamma, backend="cpu").sum()
+                ref = torch.autograd.grad(loss, (xr, yr))
+                errs = []
+                for tc in (True, False):
+                    _tc_grads.MIN_D = 1 if tc else 1 << 30
+                    xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+                    v = sdtw.softdtw(xs, ys, gamma=gamma, backend="cuda", fused=True)
+                    got = torch.autograd.grad(v.sum(), (xs, ys))
+                    errs.append(" ".join(
+                        f"{float((a.double().cpu() - b).norm() / b.norm()):.2e}"
+                        for a, b in zip(got, ref, strict=True)
+                    ))  # fmt: skip
+                print(f"D={D} gamma={gamma}: errors gx gy, tensor-core kernel {errs[0]}, "
+                      f"cuBLAS {errs[1]}", flush=True)  # fmt: skip
+    finally:
+        _tc_grads.MIN_D = rule
+        _launch.FORCE_SWEEP_GRADS = None
 
 
 def mover_ab(N: int = 512, B: int = 32, D: int = 64, reps: int = 60) -> None:
@@ -1266,6 +1347,7 @@ def main() -> None:
         "--sweepab": (sweep_ab, True),
         "--gradtune": (grad_tune, True),
         "--gradsizes": (grad_sizes, False),
+        "--tcrule": (tc_rule, True),
         "--nograd": (no_grad_forward, True),
         "--firstcall": (first_call, False),
         "--lag": (lag, False),
@@ -1276,7 +1358,7 @@ def main() -> None:
             kwargs = number_after(flag) if takes_n else {}
             if flag in ("--ncu", "--lag", "--graphsplit") and "--dim" in sys.argv:
                 kwargs["D"] = int(sys.argv[sys.argv.index("--dim") + 1])
-            if flag in ("--sweepab", "--gradsizes") and "--dims" in sys.argv:
+            if flag in ("--sweepab", "--gradsizes", "--tcrule") and "--dims" in sys.argv:
                 dims = sys.argv[sys.argv.index("--dims") + 1]
                 kwargs["dims"] = tuple(int(d) for d in dims.split(","))
             if flag in ("--kernels", "--nograd") and "--float64" in sys.argv:

@@ -26,6 +26,8 @@ SHAPES = [
     (2, 6, 1, 17),
     (1, 65, 33, 65),
     (2, 64, 96, 130),
+    (2, 12, 20, 24),  # D and E's row stride multiples of 4, not of 16 (_tc_grads._quantum)
+    (1, 6, 10, 8),  # the same for D and E's pair stride (2 N M = 120)
 ]
 
 
@@ -83,11 +85,15 @@ def test_taken_for_float32_cuda_only(monkeypatch):
     from sdtw.cuda import _tc_grads
 
     monkeypatch.setattr(_tc_grads, "available", lambda: True)
-    x = torch.empty(2, 512, 64, device="meta")
+    x = torch.empty(2, 512, 72, device="meta")
     monkeypatch.setattr(_tc_grads, "_wanted", lambda dev, dt: True)
     assert _tc_grads.wanted(x, 512)
-    assert not _tc_grads.wanted(x, 511)  # N M below MIN_CELLS
-    assert not _tc_grads.wanted(x[:, :, :63], 512)  # D below MIN_D
+    assert not _tc_grads.wanted(x[:, :256], 1020)  # N M below MIN_CELLS
+    assert not _tc_grads.wanted(x, 514)  # M not a multiple of 4
+    for D, taken in [(1, False), (2, True), (5, True), (15, True), (16, True), (17, False),
+                     (24, True), (33, False), (63, False), (65, False), (72, True)]:  # fmt: skip
+        assert _tc_grads.wanted(x[:, :, :D], 512) is taken, D
+        assert _tc_grads.fast_d(D) is taken, D
     tall = torch.empty(_tc_grads.MAX_B + 1, 512, 64, device="meta")
     assert not _tc_grads.wanted(tall, 512)  # more pairs than the grid takes
     monkeypatch.undo()
@@ -144,3 +150,16 @@ def test_gpu_fused_step_takes_it(rng, monkeypatch):
     assert len(calls) == 1 and torch.equal(v, v2)
     for a, b in zip(got, want, strict=True):
         assert rel_err(a, b) <= 2e-6
+
+
+def test_quantum_marks_multiples_of_four_only(monkeypatch):
+    """D or a stride that is a multiple of 4 but not of 16 goes to the kernel divided by 4
+    (and is multiplied back there by the constant 4); the rest as they are, since Triton
+    specialises on multiples of 16 itself.  SHAPES' last two take both forms."""
+    from sdtw.cuda import _tc_grads
+
+    assert [_tc_grads._quantum(i) for i in (1, 2, 3, 4, 8, 12, 16, 20, 24, 32, 64, 120)] == [
+        1, 1, 1, 4, 4, 4, 1, 4, 4, 1, 1, 4,
+    ]  # fmt: skip
+    monkeypatch.setattr(_tc_grads, "ALIGN", False)
+    assert _tc_grads._quantum(24) == 1

@@ -219,8 +219,9 @@ def _eager_grads(
     float32 with ``D <= 16`` on a GPU: the gradients come from the backward kernel's own
     sweep, E never written (:func:`sdtw.cuda._launch.sweep_grads`; ``SDTW_SWEEP_GRADS=0`` /
     ``1`` turns that off, or on up to ``D = 64``, where it measured slower).  Otherwise from
-    E: float32 with ``D >= 64`` and ``N M >= 512^2`` one Triton kernel each on the tensor
-    cores (3xTF32, :mod:`sdtw.cuda._tc_grads`), else cuBLAS
+    E: float32 with ``N M >= 512^2``, M a multiple of 4 and D from 2 to 15 or a multiple of
+    4 one Triton kernel each on the tensor cores (3xTF32, :mod:`sdtw.cuda._tc_grads`,
+    :func:`~sdtw.cuda._tc_grads.wanted`), else cuBLAS
     (:func:`sdtw._sqeuclidean.sqeuclidean_grads`)."""
     _launch = _launcher_module()
     if _launch.sweep_grads(x):

@@ -17,7 +17,9 @@ gradients from a random E, GPU time) it takes 60 us against 79 for cuBLAS's floa
 (:func:`sdtw._sqeuclidean.sqeuclidean_grads`: ``torch.baddbmm`` without tensor cores, and a
 broadcast multiply) at B = 32, N = M = 512, D = 64, and 656 against 829 at N = 2048; errors
 against float64 3.6e-8 and 4.1e-8.  With D = 1, or at N = M = 128, cuBLAS measured faster,
-so :func:`wanted` takes this kernel only where ``D >= MIN_D`` and ``N M >= MIN_CELLS``.
+so :func:`wanted` takes this kernel only where ``N M >= MIN_CELLS`` and D and M suit it
+(:data:`MIN_D`: D = 2 .. 15 or a multiple of 4, M a multiple of 4; at D = 32 a training
+step at B = 32, N = 512 took 442 us against 474 with cuBLAS, run 154).
 ``SDTW_TC_GRADS=0`` turns it off everywhere; without Triton the backend warns once and takes
 cuBLAS's form.
 
@@ -65,13 +67,21 @@ def available() -> bool:
 
 def wanted(x: torch.Tensor, M: int) -> bool:
     """Whether the eager gradients of the kernels' inputs ``x`` (B, N, D) against a y of
-    length ``M`` take this path: CUDA tensors in float32, ``D >= MIN_D`` and
-    ``N M >= MIN_CELLS`` (where it measured faster), ``B <= MAX_B``, :data:`ENABLED` and
+    length ``M`` take this path: CUDA tensors in float32, ``N M >= MIN_CELLS``, ``D`` from
+    ``MIN_D`` up to ``VECTOR_D`` or a multiple of 4 (:func:`fast_d`), ``M`` a multiple of 4
+    (where it measured faster: see :data:`MIN_D`), ``B <= MAX_B``, :data:`ENABLED` and
     Triton installed (otherwise a one-time warning names the slower cuBLAS path taken
     instead)."""
-    if x.shape[2] < MIN_D or x.shape[1] * M < MIN_CELLS or x.shape[0] > MAX_B:
+    B, N, D = x.shape
+    if not fast_d(D) or M % 4 or N * M < MIN_CELLS or B > MAX_B:
         return False
     return _wanted(x.device.type, x.dtype)
+
+
+def fast_d(D: int) -> bool:
+    """Whether D features suit the kernel: ``MIN_D <= D < VECTOR_D``, or D a multiple of 4
+    (whose rows it loads as 16-byte vectors, :func:`_quantum`)."""
+    return MIN_D <= D < VECTOR_D or (D >= MIN_D and D % 4 == 0)
 
 
 def _wanted(device_type: str, dtype: torch.dtype) -> bool:
@@ -106,7 +116,7 @@ def _kernel():
         G,  # (B, R, D) contiguous: the gradient, written
         R,
         K,
-        D,
+        D,  # D, se_b, se_r and se_k as passed: divided by QD, QB, QR and QK (see _grad)
         se_b,
         se_r,
         se_k,
@@ -115,7 +125,16 @@ def _kernel():
         BK: tl.constexpr,
         BD: tl.constexpr,
         PREC: tl.constexpr,
+        QD: tl.constexpr,
+        QB: tl.constexpr,
+        QR: tl.constexpr,
+        QK: tl.constexpr,
     ):
+        # times constants, so that Triton knows them to be multiples of those
+        D = D * QD
+        se_b = se_b * QB
+        se_r = se_r * QR
+        se_k = se_k * QK
         pd = tl.program_id(0)
         pr = tl.program_id(1)
         b = tl.program_id(2).to(tl.int64)
@@ -179,14 +198,43 @@ def _settings(B: int, N: int, M: int, D: int) -> dict:
     return SMALL if B * N * M <= 1 << 24 and D <= 64 else LARGE
 
 
-#: Smallest D and ``N M`` that take the tensor cores (:func:`wanted`): with fewer features,
-#: or at N = M = 128, cuBLAS's float32 form measured faster (run 117, us: B = 32, N = 512,
-#: D = 1 36.8 against 23.6; N = 2048, D = 1 362.0 against 266.8; N = 128, D = 64 24.2
-#: against 20.8).  D between 1 and 64 is not measured; 64 is the smallest D taken.
-MIN_D = 64
+#: Where the tensor cores take the gradients (:func:`wanted`), from ``probe --gradsizes``
+#: and the cases beside it (H200, both gradients from a random E, GPU time, us, this kernel /
+#: cuBLAS's float32 form; runs 117, 152, 154 and 155 of ``probe-dev.txt``):
+#:
+#: - D = 1 and N = M = 128 take cuBLAS: B = 32, N = 512, D = 1 38.5 / 24.3; N = 2048, D = 1
+#:   362.0 / 266.8; N = 128, D = 64 24.2 / 20.8.
+#: - D = 2 to 15 take the kernel, whether D is a multiple of 4 or not: N = 512, D = 2, 3, 5
+#:   40.1 / 52.3, 40.0 / 59.6, 42.1 / 57.0; D = 4, 8, 12 without the multiple-of-4 hint at
+#:   N = 2048 415-428 / 500-509.
+#: - From D = 16 on it wins only where its loads of x's and y's rows are 16-byte vectors, that
+#:   is D a multiple of 4 (Triton itself knows only multiples of 16; :func:`_quantum` tells
+#:   it the rest): N = 2048, D = 20, 24, 40, 72 386, 387, 794, 1287 / 510, 511, 829, 1384
+#:   with the hint, 978, 977, 1768, 3622 without; D = 17, 33, 65, 130 (no hint possible)
+#:   74.1 / 54.8 (N = 512), 1764 / 822, 245 / 113 (N = 512), 5212 / 2260.  Until run 154
+#:   every D >= 64 took it, so D = 65 or 130 had been more than 2x slower.
+#: - M not a multiple of 4 (E's rows then not 16-byte aligned) takes cuBLAS: D = 64 at
+#:   N = 512, M = 511 76.7 / 81.5, but N = 2047, M = 2045 964 / 810.
+MIN_D = 2
+#: D below this takes the kernel even when not a multiple of 4 (:func:`fast_d`).
+VECTOR_D = 16
 MIN_CELLS = 512 * 512
 #: Most pairs of one launch (the grid's third axis; more take cuBLAS).
 MAX_B = 65535
+
+
+#: Whether :func:`_grad` tells the kernel which of D and E's strides are multiples of 4
+#: (:func:`_quantum`; a switch for ``probe --gradsizes``'s A/B).
+ALIGN = True
+
+
+def _quantum(i: int) -> int:
+    """4 where :data:`ALIGN` is set and ``i`` (D or one of E's strides, in elements) is a
+    multiple of 4 but not of 16, else 1.  Triton specialises an integer argument on being a
+    multiple of 16 (or on being 1) only; the kernel multiplies each such argument, passed
+    divided by its quantum, by that quantum, a constant, so that for instance rows D = 24
+    floats apart (96 bytes) can still load as 16-byte vectors."""
+    return 4 if ALIGN and i % 4 == 0 and i % 16 != 0 else 1
 
 
 def _grad(E: torch.Tensor, a: torch.Tensor, o: torch.Tensor, s: torch.Tensor, transpose: bool):
@@ -201,13 +249,14 @@ def _grad(E: torch.Tensor, a: torch.Tensor, o: torch.Tensor, s: torch.Tensor, tr
     c = _settings(B, *E.shape[1:], D)
     bd = min(c["BD"], _feature_tile(D))
     grid = (-(-D // bd), -(-R // c["BR"]), B)
+    qd, qb, qr, qk = (_quantum(i) for i in (D, se_b, se_r, se_k))
     # (Triton launches on the current device's current stream: make that a's device)
     dev = a.device.index
     here = dev is None or dev == torch.cuda.current_device()
     with contextlib.nullcontext() if here else torch.cuda.device(dev):
         _kernel()[grid](
-            E, a, o, s, g, R, K, D, se_b, se_r, se_k, s.stride(0),
-            BR=c["BR"], BK=c["BK"], BD=bd, PREC=c["PREC"],
+            E, a, o, s, g, R, K, D // qd, se_b // qb, se_r // qr, se_k // qk, s.stride(0),
+            BR=c["BR"], BK=c["BK"], BD=bd, PREC=c["PREC"], QD=qd, QB=qb, QR=qr, QK=qk,
             num_warps=c["num_warps"], num_stages=c["num_stages"],
         )  # fmt: skip
     return g
