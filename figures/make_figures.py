@@ -20,6 +20,9 @@ file stem                what
                          fitted slope (N >= 512) in the legend
 ``targets-processes``    issue 3's eager N = 512 step (B = 32, D = 64) in each fresh device
                          process of ``targets-processes/``, against the 0.5 ms target
+``tc-grads``             the float32 gradients wrt x and y from E (B = 32, N = M = 512) vs D:
+                         the Triton kernel told that D is a multiple of 4, not told, and
+                         cuBLAS's float32 form, from ``tc-grads-align/gradsizes.csv``
 ``fig2-barycenter``      paper Figure 2, drawn by ``examples.barycenter`` when it exists
 =======================  ===================================================================
 
@@ -610,6 +613,80 @@ def figure_processes(results: Results, out: Path) -> list[Path]:
     return _save(fig, out, "targets-processes")
 
 
+TC_SERIES = {
+    "hint": ("Triton kernel (3xTF32), D passed as a multiple of 4", "#1c4e9c", "o", "-"),
+    "plain": ("Triton kernel, D not known to be a multiple of 4", "#f59f00", "v", "--"),
+    "cublas": ("cuBLAS float32 form (baddbmm)", "#6c6c6c", "s", ":"),
+}
+
+
+def _tc_points(rows: list[dict[str, str]]) -> dict[str, dict[int, float]]:
+    """D -> us per series at B = 32, N = M = 512, at the settings ``_tc_grads._settings``
+    picks there (SMALL up to D = 64, LARGE above); where D is a multiple of 16, the kernel
+    with and without the hint is one (Triton knows such D itself).  A D measured in several
+    runs takes the last run's value (the CSV is in run order)."""
+    points: dict[str, dict[int, float]] = {k: {} for k in TC_SERIES}
+    for r in rows:
+        if (r["B"], r["N"], r["M"]) != ("32", "512", "512"):
+            continue
+        D, us, impl = int(r["D"]), float(r["us"]), r["impl"]
+        settings = "triton-small" if D <= 64 else "triton-large"
+        if impl == "cublas-float32":
+            points["cublas"][D] = us
+        elif impl == "triton-small-no-hint" and D <= 64:
+            points["plain"][D] = us
+        elif impl in (settings, "triton-settings-rule"):
+            series = "hint" if D % 4 == 0 else "plain"
+            points[series][D] = us
+            if D % 16 == 0:
+                points["plain"][D] = us
+    return points
+
+
+def figure_tc_grads(results: Results, out: Path) -> list[Path]:
+    """Both float32 gradients from E against D at B = 32, N = M = 512: the Triton kernel
+    with and without the multiple-of-4 hint, and cuBLAS's float32 form (GPU time of CUDA-graph
+    replays, ``probe --gradsizes`` and run 155's cases)."""
+    path = results.folder / "tc-grads-align" / "gradsizes.csv"
+    if not path.exists():
+        print("tc-grads: SKIPPED — no tc-grads-align/gradsizes.csv in the results folder")
+        return []
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    points = _tc_points(rows)
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    for key, (label, color, marker, ls) in TC_SERIES.items():
+        ds = sorted(points[key])
+        ax.plot(ds, [points[key][d] for d in ds], color=color, marker=marker, ls=ls, label=label)
+    ax.set_xscale("log", base=2)
+    ticks = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(d) for d in ticks])
+    ax.set_xlabel("D (features)")
+    ax.set_ylabel("both gradients wrt x and y from E (us)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7.5, loc="upper left", frameon=False)
+    ax.set_title(
+        "Gradients from E, B = 32, N = M = 512, float32: the library takes Triton for "
+        "D = 2..15 or a multiple of 4",
+        fontsize=8.5,
+    )
+    used = [r for r in rows if (r["B"], r["N"], r["M"]) == ("32", "512", "512")]
+    gpus = " / ".join(sorted({r["gpu"] for r in used}))
+    shas = " / ".join(sorted({r["git_sha"] for r in used}))
+    runs = ", ".join(sorted({r["run"] for r in used}, key=int))
+    where = path.relative_to(REPO) if path.is_relative_to(REPO) else Path(path.name)
+    fig.text(
+        0.5, 0.01,
+        f"data: {where.as_posix()} (runs {runs}); {gpus}, triton "
+        f"{' / '.join(sorted({r['triton'] for r in used}))}, git {shas}",
+        ha="center", fontsize=6.5, color="#555555",
+    )  # fmt: skip
+    fig.subplots_adjust(left=0.1, right=0.98, top=0.92, bottom=0.17)
+    return _save(fig, out, "tc-grads")
+
+
 # --------------------------------------------------------------------------------------------
 # Figure 2: barycenter (another module's job)
 # --------------------------------------------------------------------------------------------
@@ -638,6 +715,7 @@ FIGURES = {
     "accuracy": figure_accuracy,
     "scaling": figure_scaling,
     "processes": figure_processes,
+    "tcgrads": figure_tc_grads,
     "fig2": figure2,
 }
 

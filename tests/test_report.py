@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "paper" / "REPRODUCTION.md"
 FIGURES = REPO / "figures"
 SHARED = REPO.parent / "shared" / "reference"
-DRAWN = ("fig1-memory-runtime", "accuracy-gamma", "scaling", "targets-processes")
+DRAWN = ("fig1-memory-runtime", "accuracy-gamma", "scaling", "targets-processes", "tc-grads")
 
 
 def _diff(expected: str, actual: str) -> str:
@@ -278,7 +278,8 @@ def test_figures_render_deterministically(tmp_path: Path) -> None:
 
     first, second = tmp_path / "a", tmp_path / "b"
     assert make_figures.main(["--out", str(first), "--only", "fig1", "--only", "accuracy",
-                              "--only", "scaling", "--only", "processes"]) == 0  # fmt: skip
+                              "--only", "scaling", "--only", "processes",
+                              "--only", "tcgrads"]) == 0  # fmt: skip
     for stem in DRAWN:
         for suffix in (".png", ".pdf"):
             path = first / f"{stem}{suffix}"
@@ -297,3 +298,35 @@ def test_processes_figure_skips_without_its_csvs(tmp_path: Path, capsys) -> None
 
     assert make_figures.figure_processes(Results(tmp_path), tmp_path / "out") == []
     assert "SKIPPED" in capsys.readouterr().out
+
+
+def test_tc_grads_figure_skips_without_its_csv(tmp_path: Path, capsys) -> None:
+    """A results folder without ``tc-grads-align/gradsizes.csv`` draws nothing and says so."""
+    pytest.importorskip("matplotlib")
+    from figures import make_figures
+    from paper.results import Results
+
+    assert make_figures.figure_tc_grads(Results(tmp_path), tmp_path / "out") == []
+    assert "SKIPPED" in capsys.readouterr().out
+
+
+def test_tc_grads_points_follow_the_settings() -> None:
+    """The figure's points: the settings the library picks (SMALL up to D = 64, LARGE
+    above), the hinted series only where D is a multiple of 4, and D multiples of 16 in
+    both Triton series (one kernel there)."""
+    pytest.importorskip("matplotlib")
+    from figures import make_figures
+
+    def row(D, impl, us):
+        return {"B": "32", "N": "512", "M": "512", "D": str(D), "impl": impl, "us": str(us)}
+
+    rows = [row(24, "triton-small", 1), row(24, "triton-large", 2),
+            row(24, "triton-small-no-hint", 3), row(72, "triton-small", 4),
+            row(72, "triton-large", 5), row(32, "triton-small", 6),
+            row(17, "triton-settings-rule", 7),
+            row(8, "cublas-float32", 8), row(8, "cublas-float32", 9),
+            {**row(24, "triton-small", 99), "N": "2048", "M": "2048"}]  # fmt: skip
+    p = make_figures._tc_points(rows)
+    assert p["hint"] == {24: 1.0, 72: 5.0, 32: 6.0}
+    assert p["plain"] == {24: 3.0, 32: 6.0, 17: 7.0}
+    assert p["cublas"] == {8: 9.0}

@@ -139,7 +139,7 @@ def test_gpu_fused_step_takes_it(rng, monkeypatch):
         _tc_grads, "sqeuclidean_grads_tc", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     x = randn(rng, 3, 515, 64, dtype=torch.float32, device="cuda").requires_grad_()
-    y = randn(rng, 3, 530, 64, dtype=torch.float32, device="cuda").requires_grad_()
+    y = randn(rng, 3, 532, 64, dtype=torch.float32, device="cuda").requires_grad_()  # M % 4 == 0
     go = randn(rng, 3, dtype=torch.float32, device="cuda")
     v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
     got = torch.autograd.grad(v, (x, y), go)
