@@ -650,6 +650,21 @@ def grad_sizes(dims: tuple[int, ...] | None = None) -> None:
         torch.cuda.empty_cache()
 
 
+def _step_grid(B: int, dims, sizes):
+    """(D, N, x, y, fused, impl) for each D in ``dims``, N = M in ``sizes`` and fused then
+    unfused: fresh randn x, y (B, N, D) on the GPU per (D, N), impl the whole-step graph
+    implementation of that mode."""
+    from experiments.impls import IMPLS
+
+    for D in dims:
+        for n in sizes:
+            x = torch.randn(B, n, D, device="cuda")
+            y = torch.randn(B, n, D, device="cuda")
+            for fused in (True, False):
+                impl = IMPLS["sdtw-fused-graph" if fused else "sdtw-unfused-graph"]
+                yield D, n, x, y, fused, impl
+
+
 def tc_rule(
     N: int | None = None, B: int = 32, reps: int = 40, dims: tuple[int, ...] = (24, 32, 48)
 ) -> None:
@@ -660,7 +675,7 @@ def tc_rule(
     ``reps`` times in one process (the first 5 of each dropped); then both gradients' errors
     against float64 at B = 4, N = 512 (gamma 1 and 1e-3)."""
     import sdtw.cuda
-    from experiments.impls import FORWARD_BACKWARD, IMPLS
+    from experiments.impls import FORWARD_BACKWARD
     from experiments.run import _graph_step
     from sdtw.cuda import _launch, _tc_grads
 
@@ -669,32 +684,27 @@ def tc_rule(
     rule = _tc_grads.MIN_D
     sizes = (N,) if N is not None else (512, 2048)
     try:
-        for D in dims:
-            for n in sizes:
-                x = torch.randn(B, n, D, device="cuda")
-                y = torch.randn(B, n, D, device="cuda")
-                for fused in (True, False):
-                    impl = IMPLS["sdtw-fused-graph" if fused else "sdtw-unfused-graph"]
-                    graphs = {}
-                    for tc in (True, False):
-                        _tc_grads.MIN_D = 1 if tc else 1 << 30
-                        graphs[tc] = _graph_step(impl, x, y, 1.0, FORWARD_BACKWARD)
-                        graphs[tc]()  # warm-up
-                        graphs[tc]()  # capture (and a replay)
-                    times: dict[bool, list[float]] = {True: [], False: []}
-                    for rep in range(reps):
-                        for tc in (True, False):
-                            ms = _time_ms(graphs[tc], "cuda")
-                            if rep >= 5:
-                                times[tc].append(ms * 1e3)
-                    print(
-                        f"B={B} N={n} D={D} fused={fused}: whole-step graph, gradients by "
-                        f"the tensor-core kernel {statistics.median(times[True]):.1f} / "
-                        f"cuBLAS {statistics.median(times[False]):.1f} us",
-                        flush=True,
-                    )
-                    del graphs
-                    torch.cuda.empty_cache()
+        for D, n, x, y, fused, impl in _step_grid(B, dims, sizes):
+            graphs = {}
+            for tc in (True, False):
+                _tc_grads.MIN_D = 1 if tc else 1 << 30
+                graphs[tc] = _graph_step(impl, x, y, 1.0, FORWARD_BACKWARD)
+                graphs[tc]()  # warm-up
+                graphs[tc]()  # capture (and a replay)
+            times: dict[bool, list[float]] = {True: [], False: []}
+            for rep in range(reps):
+                for tc in (True, False):
+                    ms = _time_ms(graphs[tc], "cuda")
+                    if rep >= 5:
+                        times[tc].append(ms * 1e3)
+            print(
+                f"B={B} N={n} D={D} fused={fused}: whole-step graph, gradients by "
+                f"the tensor-core kernel {statistics.median(times[True]):.1f} / "
+                f"cuBLAS {statistics.median(times[False]):.1f} us",
+                flush=True,
+            )
+            del graphs
+            torch.cuda.empty_cache()
         for D in dims:
             x = torch.randn(4, 512, D, device="cuda")
             y = torch.randn(4, 512, D, device="cuda")
@@ -769,51 +779,44 @@ def sweep_ab(
     dropped); then each kernel's GPU time in a step (torch.profiler, at each D) and the
     gradients' errors against float64 (B = 4, N = 512, D = 64, gamma 1 .. 1e-3)."""
     import sdtw.cuda
-    from experiments.impls import FORWARD_BACKWARD, IMPLS
+    from experiments.impls import FORWARD_BACKWARD
     from experiments.run import _graph_step
     from sdtw.cuda import _launch
 
     sdtw.cuda.set_graphs(False)
     sizes = (N,) if N is not None else (512, 1024, 2048)
-    for D in dims:
-        for n in sizes:
-            x = torch.randn(B, n, D, device="cuda")
-            y = torch.randn(B, n, D, device="cuda")
-            for fused in (True, False):
-                impl = IMPLS["sdtw-fused-graph" if fused else "sdtw-unfused-graph"]
-                graphs, eager = {}, {}
-                for sweep in (True, False):
-                    _launch.FORCE_SWEEP_GRADS = sweep
-                    graphs[sweep] = _graph_step(impl, x, y, 1.0, FORWARD_BACKWARD)
-                    graphs[sweep]()  # warm-up
-                    graphs[sweep]()  # capture (and a replay)
-                    xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+    for D, n, x, y, fused, impl in _step_grid(B, dims, sizes):
+        graphs, eager = {}, {}
+        for sweep in (True, False):
+            _launch.FORCE_SWEEP_GRADS = sweep
+            graphs[sweep] = _graph_step(impl, x, y, 1.0, FORWARD_BACKWARD)
+            graphs[sweep]()  # warm-up
+            graphs[sweep]()  # capture (and a replay)
+            xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
 
-                    def step(xs=xs, ys=ys, fused=fused, sweep=sweep):
-                        _launch.FORCE_SWEEP_GRADS = sweep
-                        sdtw.softdtw(
-                            xs, ys, gamma=1.0, backend="cuda", fused=fused
-                        ).sum().backward()
-                        xs.grad = ys.grad = None
+            def step(xs=xs, ys=ys, fused=fused, sweep=sweep):
+                _launch.FORCE_SWEEP_GRADS = sweep
+                sdtw.softdtw(xs, ys, gamma=1.0, backend="cuda", fused=fused).sum().backward()
+                xs.grad = ys.grad = None
 
-                    step()
-                    eager[sweep] = step
-                times = {(k, s): [] for k in ("graph", "eager") for s in (True, False)}
-                for rep in range(reps):
-                    for sweep in (True, False):
-                        g = _time_ms(graphs[sweep], "cuda")
-                        e = _time_ms(eager[sweep], "cuda")
-                        if rep >= 5:
-                            times["graph", sweep].append(g * 1e3)
-                            times["eager", sweep].append(e * 1e3)
-                _launch.FORCE_SWEEP_GRADS = None
-                med = {k: statistics.median(v) for k, v in times.items()}
-                print(
-                    f"B={B} N={n} D={D} fused={fused}: whole-step graph sweep "
-                    f"{med['graph', True]:.1f} / from E {med['graph', False]:.1f} us; eager "
-                    f"sweep {med['eager', True]:.1f} / from E {med['eager', False]:.1f} us",
-                    flush=True,
-                )
+            step()
+            eager[sweep] = step
+        times = {(k, s): [] for k in ("graph", "eager") for s in (True, False)}
+        for rep in range(reps):
+            for sweep in (True, False):
+                g = _time_ms(graphs[sweep], "cuda")
+                e = _time_ms(eager[sweep], "cuda")
+                if rep >= 5:
+                    times["graph", sweep].append(g * 1e3)
+                    times["eager", sweep].append(e * 1e3)
+        _launch.FORCE_SWEEP_GRADS = None
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(
+            f"B={B} N={n} D={D} fused={fused}: whole-step graph sweep "
+            f"{med['graph', True]:.1f} / from E {med['graph', False]:.1f} us; eager "
+            f"sweep {med['eager', True]:.1f} / from E {med['eager', False]:.1f} us",
+            flush=True,
+        )
     for D in dims:
         for n in sizes:
             for sweep in (True, False):

@@ -279,6 +279,17 @@ def _impl_handles(impls: Sequence[str]) -> list[Line2D]:
     return [Line2D([], [], label=_label(i), **_style(i)) for i in impls]
 
 
+def _repo_path(path: Path) -> str:
+    """``path`` relative to the repository where it lies inside it, else its name."""
+    path = path.resolve()
+    return (path.relative_to(REPO) if path.is_relative_to(REPO) else Path(path.name)).as_posix()
+
+
+def _data_line(fig: Figure, text: str) -> None:
+    """The figure's provenance line (data files, GPU, versions, git) at its foot."""
+    fig.text(0.5, 0.01, text, ha="center", fontsize=6.5, color="#555555")
+
+
 def _save(fig: Figure, out: Path, stem: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
@@ -601,14 +612,12 @@ def figure_processes(results: Results, out: Path) -> list[Path]:
     def distinct(column: str, width: int | None = None) -> str:
         return " / ".join(sorted({r[column].strip()[:width] for r in rows if r[column].strip()}))
 
-    folder = (results.folder / "targets-processes").resolve()
-    where = folder.relative_to(REPO) if folder.is_relative_to(REPO) else Path(folder.name)
-    fig.text(
-        0.5, 0.01,
-        f"data: {where.as_posix()}/*.csv; {distinct('gpu')}, torch {distinct('torch')}, "
+    where = _repo_path(results.folder / "targets-processes")
+    _data_line(
+        fig,
+        f"data: {where}/*.csv; {distinct('gpu')}, torch {distinct('torch')}, "
         f"git {distinct('git_sha', 7)}, {distinct('date_utc', 10)}",
-        ha="center", fontsize=6.5, color="#555555",
-    )  # fmt: skip
+    )
     fig.subplots_adjust(left=0.09, right=0.98, top=0.92, bottom=0.16)
     return _save(fig, out, "targets-processes")
 
@@ -676,13 +685,8 @@ def figure_tc_grads(results: Results, out: Path) -> list[Path]:
     gpus = " / ".join(sorted({r["gpu"] for r in used}))
     shas = " / ".join(sorted({r["git_sha"] for r in used}))
     runs = ", ".join(sorted({r["run"] for r in used}, key=int))
-    where = path.relative_to(REPO) if path.is_relative_to(REPO) else Path(path.name)
-    fig.text(
-        0.5, 0.01,
-        f"data: {where.as_posix()} (runs {runs}); {gpus}, triton "
-        f"{' / '.join(sorted({r['triton'] for r in used}))}, git {shas}",
-        ha="center", fontsize=6.5, color="#555555",
-    )  # fmt: skip
+    tritons = " / ".join(sorted({r["triton"] for r in used}))
+    _data_line(fig, f"data: {_repo_path(path)} (runs {runs}); {gpus}, triton {tritons}, git {shas}")
     fig.subplots_adjust(left=0.1, right=0.98, top=0.92, bottom=0.17)
     return _save(fig, out, "tc-grads")
 
