@@ -6,8 +6,9 @@ For float32 inputs the eager gradients of :func:`sdtw.cuda._eager_grads` are
            g_y = 2 (\\mathrm{cols}(E) \\odot y - E^\\top x)
 
 with E (B, N, M) the expected alignment (the backward kernel's, in the weights buffer ``P``)
-and its row and column sums from the same kernel.  One Triton kernel per gradient computes
-the product on the TF32 tensor cores with the 3xTF32 split (``tl.dot(...,
+and its row and column sums from the same kernel.  One Triton launch computes both gradients
+(its programs split between them by row block, :data:`ONE_LAUNCH`), each product on the TF32
+tensor cores with the 3xTF32 split (``tl.dot(...,
 input_precision="tf32x3")``: each operand as a TF32 high part plus a TF32 remainder, three
 products, float32 accumulation; about float32's accuracy) and the ``2 (s a - product)``
 epilogue in registers, one pass over E per gradient and no temporary.
@@ -109,35 +110,54 @@ def _kernel():
 
     @triton.jit
     def grad_kernel(
-        E,  # E's first element of this gradient's view
-        A,  # (B, R, D) contiguous: the sequence whose gradient this is
-        O,  # (B, K, D) contiguous: the other sequence
-        S,  # (B, R) sums of E over the reduction (stride ss_b per batch, 1 per row)
-        G,  # (B, R, D) contiguous: the gradient, written
-        R,
-        K,
-        D,  # D, se_b, se_r and se_k as passed: divided by QD, QB, QR and QK (see _grad)
+        E,  # E's first element
+        A0,  # (B, R0, D) contiguous: the sequence whose gradient role 0 forms
+        O0,  # (B, K0, D) contiguous: the other sequence
+        S0,  # (B, R0) sums of E over the reduction (stride ss0 per batch, 1 per row)
+        G0,  # (B, R0, D) contiguous: role 0's gradient, written
+        R0,
+        K0,
+        se_r0,  # E's strides along role 0's rows and reduction (divided by QR0, QK0)
+        se_k0,
+        ss0,
+        A1,  # the same for role 1 (programs with program_id(1) >= NB0)
+        O1,
+        S1,
+        G1,
+        R1,
+        K1,
+        se_r1,
+        se_k1,
+        ss1,
+        NB0,  # role 0's row blocks
+        D,  # D and se_b as passed: divided by QD and QB (see _grad)
         se_b,
-        se_r,
-        se_k,
-        ss_b,
         BR: tl.constexpr,
         BK: tl.constexpr,
         BD: tl.constexpr,
         PREC: tl.constexpr,
         QD: tl.constexpr,
         QB: tl.constexpr,
-        QR: tl.constexpr,
-        QK: tl.constexpr,
+        QR0: tl.constexpr,
+        QK0: tl.constexpr,
+        QR1: tl.constexpr,
+        QK1: tl.constexpr,
     ):
         # times constants, so that Triton knows them to be multiples of those
         D = D * QD
         se_b = se_b * QB
-        se_r = se_r * QR
-        se_k = se_k * QK
         pd = tl.program_id(0)
         pr = tl.program_id(1)
         b = tl.program_id(2).to(tl.int64)
+        if pr < NB0:
+            A, O, S, G, R, K, ss = A0, O0, S0, G0, R0, K0, ss0
+            se_r = se_r0 * QR0
+            se_k = se_k0 * QK0
+        else:
+            pr = pr - NB0
+            A, O, S, G, R, K, ss = A1, O1, S1, G1, R1, K1, ss1
+            se_r = se_r1 * QR1
+            se_k = se_k1 * QK1
         rows = pr * BR + tl.arange(0, BR)
         feats = pd * BD + tl.arange(0, BD)
         ks = tl.arange(0, BK)
@@ -157,7 +177,7 @@ def _kernel():
         at = b * R * D + rows[:, None].to(tl.int64) * D + feats[None, :]
         ok = r_ok[:, None] & f_ok[None, :]
         a = tl.load(A + at, mask=ok, other=0.0)
-        s = tl.load(S + b * ss_b + rows, mask=r_ok, other=0.0)
+        s = tl.load(S + b * ss + rows, mask=r_ok, other=0.0)
         tl.store(G + at, 2.0 * (s[:, None] * a - acc), mask=ok)
 
     return grad_kernel
@@ -237,29 +257,46 @@ def _quantum(i: int) -> int:
     return 4 if ALIGN and i % 4 == 0 and i % 16 != 0 else 1
 
 
-def _grad(E: torch.Tensor, a: torch.Tensor, o: torch.Tensor, s: torch.Tensor, transpose: bool):
-    """``2 (s a - E o)`` (or ``E^T o`` when ``transpose``) for E (B, N, M) (any strides),
-    a (B, R, D), o (B, K, D) contiguous float32, s (B, R, 1) (any batch stride, row stride
-    1)."""
-    B, R, D = a.shape
-    K = o.shape[1]
-    se_b, se_n, se_m = E.stride()
+#: Whether both gradients go in one launch (role by row block, :func:`_grads`) rather than
+#: one launch each (a switch for ``probe --gradsizes``'s A/B).
+ONE_LAUNCH = True
+
+
+def _role(E: torch.Tensor, a: torch.Tensor, o: torch.Tensor, s: torch.Tensor, transpose: bool):
+    """One gradient's kernel arguments: ``2 (s a - E o)`` (or ``E^T o`` when ``transpose``)
+    for E (B, N, M) (any strides), a (B, R, D), o (B, K, D) contiguous float32, s (B, R, 1)
+    (any batch stride, row stride 1); returns the arguments, their quanta (QR, QK) and the
+    gradient (allocated, to be written)."""
+    R, K = a.shape[1], o.shape[1]
+    _, se_n, se_m = E.stride()
     se_r, se_k = (se_m, se_n) if transpose else (se_n, se_m)
+    qr, qk = _quantum(se_r), _quantum(se_k)
     g = torch.empty_like(a)
-    c = _settings(B, *E.shape[1:], D)
+    return (a, o, s, g, R, K, se_r // qr, se_k // qk, s.stride(0)), (qr, qk), g
+
+
+def _grads(E: torch.Tensor, roles: list) -> None:
+    """Launch the kernel for one or two roles (:func:`_role`'s results), each role's programs
+    a block of the grid's row axis (the grid's fastest axis runs over feature tiles, so the
+    programs sharing E's tile run together)."""
+    B, N, M = E.shape
+    D = roles[0][0][0].shape[2]
+    c = _settings(B, N, M, D)
     bd = min(c["BD"], _feature_tile(D))
-    grid = (-(-D // bd), -(-R // c["BR"]), B)
-    qd, qb, qr, qk = (_quantum(i) for i in (D, se_b, se_r, se_k))
-    # (Triton launches on the current device's current stream: make that a's device)
-    dev = a.device.index
+    blocks = [-(-args[4] // c["BR"]) for args, _, _ in roles]
+    grid = (-(-D // bd), sum(blocks), B)
+    (args0, (qr0, qk0), _), (args1, (qr1, qk1), _) = roles[0], roles[-1]
+    qd, qb = _quantum(D), _quantum(E.stride(0))
+    # (Triton launches on the current device's current stream: make that E's device)
+    dev = E.device.index
     here = dev is None or dev == torch.cuda.current_device()
     with contextlib.nullcontext() if here else torch.cuda.device(dev):
         _kernel()[grid](
-            E, a, o, s, g, R, K, D // qd, se_b // qb, se_r // qr, se_k // qk, s.stride(0),
-            BR=c["BR"], BK=c["BK"], BD=bd, PREC=c["PREC"], QD=qd, QB=qb, QR=qr, QK=qk,
+            E, *args0, *args1, blocks[0], D // qd, E.stride(0) // qb,
+            BR=c["BR"], BK=c["BK"], BD=bd, PREC=c["PREC"], QD=qd, QB=qb,
+            QR0=qr0, QK0=qk0, QR1=qr1, QK1=qk1,
             num_warps=c["num_warps"], num_stages=c["num_stages"],
         )  # fmt: skip
-    return g
 
 
 def sqeuclidean_grads_tc(
@@ -275,6 +312,16 @@ def sqeuclidean_grads_tc(
     (contiguous), E (B, N, M) (any strides, e.g. plane 1 of the weights buffer) and its sums
     ``rows`` (B, N, 1), ``cols`` (B, M, 1) (row stride 1): the products on the tensor cores
     with the 3xTF32 split (see the module docstring).  None where not needed."""
-    gx = _grad(E, x, y, rows, False) if need_x else None
-    gy = _grad(E, y, x, cols, True) if need_y else None
+    roles = []
+    if need_x:
+        roles.append(_role(E, x, y, rows, False))
+    if need_y:
+        roles.append(_role(E, y, x, cols, True))
+    if ONE_LAUNCH and roles:
+        _grads(E, roles)
+    else:
+        for role in roles:
+            _grads(E, [role])
+    gx = roles[0][2] if need_x else None
+    gy = roles[-1][2] if need_y else None
     return gx, gy
