@@ -108,69 +108,36 @@ def _wanted(device_type: str, dtype: torch.dtype) -> bool:
 def _kernel():
     triton, tl = _triton()
 
+    global _one_role  # (Triton looks up the functions a kernel calls in its module's globals)
+
     @triton.jit
-    def grad_kernel(
-        E,  # E's first element
-        A0,  # (B, R0, D) contiguous: the sequence whose gradient role 0 forms
-        O0,  # (B, K0, D) contiguous: the other sequence
-        S0,  # (B, R0) sums of E over the reduction (stride ss0 per batch, 1 per row)
-        G0,  # (B, R0, D) contiguous: role 0's gradient, written
-        R0,
-        K0,
-        se_r0,  # E's strides along role 0's rows and reduction (divided by QR0, QK0)
-        se_k0,
-        ss0,
-        A1,  # the same for role 1 (programs with program_id(1) >= NB0)
-        O1,
-        S1,
-        G1,
-        R1,
-        K1,
-        se_r1,
-        se_k1,
-        ss1,
-        NB0,  # role 0's row blocks
-        D,  # D and se_b as passed: divided by QD and QB (see _grad)
-        se_b,
-        BR: tl.constexpr,
-        BK: tl.constexpr,
-        BD: tl.constexpr,
-        PREC: tl.constexpr,
-        QD: tl.constexpr,
-        QB: tl.constexpr,
-        QR0: tl.constexpr,
-        QK0: tl.constexpr,
-        QR1: tl.constexpr,
-        QK1: tl.constexpr,
-    ):
-        # times constants, so that Triton knows them to be multiples of those
-        D = D * QD
-        se_b = se_b * QB
-        pd = tl.program_id(0)
-        pr = tl.program_id(1)
-        b = tl.program_id(2).to(tl.int64)
-        if pr < NB0:
-            A, O, S, G, R, K, ss = A0, O0, S0, G0, R0, K0, ss0
-            se_r = se_r0 * QR0
-            se_k = se_k0 * QK0
-        else:
-            pr = pr - NB0
-            A, O, S, G, R, K, ss = A1, O1, S1, G1, R1, K1, ss1
-            se_r = se_r1 * QR1
-            se_k = se_k1 * QK1
+    def _one_role(
+        E, A, O, S, G, R, K, se_n, se_m, ss, b, pd, pr, D,
+        BR: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, PREC: tl.constexpr,
+        TRANSPOSE: tl.constexpr,
+    ):  # fmt: skip
+        # one program's (BR, BD) tile of 2 (s a - E o) (TRANSPOSE: E^T o); E's offsets are
+        # formed from its own strides in each role, so that Triton keeps what it knows of
+        # them (a unit stride, multiples of 16) in both
         rows = pr * BR + tl.arange(0, BR)
         feats = pd * BD + tl.arange(0, BD)
         ks = tl.arange(0, BK)
         r_ok = rows < R
         f_ok = feats < D
-        e_ptr = E + b * se_b + rows[:, None].to(tl.int64) * se_r
+        if TRANSPOSE:
+            e_ptr = E + rows[:, None].to(tl.int64) * se_m
+        else:
+            e_ptr = E + rows[:, None].to(tl.int64) * se_n
         o_ptr = O + b * K * D + feats[None, :]
         acc = tl.zeros((BR, BD), dtype=tl.float32)
         for k0 in range(0, K, BK):
             k = k0 + ks
             k_ok = k < K
             e_ok = r_ok[:, None] & k_ok[None, :]
-            e = tl.load(e_ptr + k[None, :].to(tl.int64) * se_k, mask=e_ok, other=0.0)
+            if TRANSPOSE:
+                e = tl.load(e_ptr + k[None, :].to(tl.int64) * se_n, mask=e_ok, other=0.0)
+            else:
+                e = tl.load(e_ptr + k[None, :].to(tl.int64) * se_m, mask=e_ok, other=0.0)
             o_ok = k_ok[:, None] & f_ok[None, :]
             o = tl.load(o_ptr + k[:, None].to(tl.int64) * D, mask=o_ok, other=0.0)
             acc = tl.dot(e, o, acc, input_precision=PREC)
@@ -179,6 +146,49 @@ def _kernel():
         a = tl.load(A + at, mask=ok, other=0.0)
         s = tl.load(S + b * ss + rows, mask=r_ok, other=0.0)
         tl.store(G + at, 2.0 * (s[:, None] * a - acc), mask=ok)
+
+    @triton.jit
+    def grad_kernel(
+        E,  # E's first element (B, N, M)
+        X,  # (B, N, D) contiguous
+        Y,  # (B, M, D) contiguous
+        SX,  # (B, N) E's row sums (stride ssx per batch, 1 per row)
+        SY,  # (B, M) E's column sums (stride ssy per batch, 1 per column)
+        GX,  # (B, N, D) g_x, written where NBX > 0
+        GY,  # (B, M, D) g_y, written where the grid has rows past NBX
+        N,
+        M,
+        D,  # D, se_b, se_n and se_m as passed: divided by QD, QB, QN and QM (see _grad)
+        se_b,
+        se_n,
+        se_m,
+        ssx,
+        ssy,
+        NBX,  # g_x's row blocks: programs with program_id(1) < NBX form g_x, the rest g_y
+        BR: tl.constexpr,
+        BK: tl.constexpr,
+        BD: tl.constexpr,
+        PREC: tl.constexpr,
+        QD: tl.constexpr,
+        QB: tl.constexpr,
+        QN: tl.constexpr,
+        QM: tl.constexpr,
+    ):
+        # times constants, so that Triton knows them to be multiples of those
+        D = D * QD
+        se_b = se_b * QB
+        se_n = se_n * QN
+        se_m = se_m * QM
+        pd = tl.program_id(0)
+        pr = tl.program_id(1)
+        b = tl.program_id(2).to(tl.int64)
+        E = E + b * se_b
+        if pr < NBX:
+            _one_role(E, X, Y, SX, GX, N, M, se_n, se_m, ssx, b, pd, pr, D, BR, BK, BD, PREC,
+                     False)  # fmt: skip
+        else:
+            _one_role(E, Y, X, SY, GY, M, N, se_n, se_m, ssy, b, pd, pr - NBX, D, BR, BK, BD,
+                     PREC, True)  # fmt: skip
 
     return grad_kernel
 
@@ -257,44 +267,31 @@ def _quantum(i: int) -> int:
     return 4 if ALIGN and i % 4 == 0 and i % 16 != 0 else 1
 
 
-#: Whether both gradients go in one launch (role by row block, :func:`_grads`) rather than
-#: one launch each (a switch for ``probe --gradsizes``'s A/B).
+#: Whether both gradients go in one launch (role by row block) rather than one launch each
+#: (a switch for ``probe --gradsizes``'s A/B).
 ONE_LAUNCH = True
 
 
-def _role(E: torch.Tensor, a: torch.Tensor, o: torch.Tensor, s: torch.Tensor, transpose: bool):
-    """One gradient's kernel arguments: ``2 (s a - E o)`` (or ``E^T o`` when ``transpose``)
-    for E (B, N, M) (any strides), a (B, R, D), o (B, K, D) contiguous float32, s (B, R, 1)
-    (any batch stride, row stride 1); returns the arguments, their quanta (QR, QK) and the
-    gradient (allocated, to be written)."""
-    R, K = a.shape[1], o.shape[1]
-    _, se_n, se_m = E.stride()
-    se_r, se_k = (se_m, se_n) if transpose else (se_n, se_m)
-    qr, qk = _quantum(se_r), _quantum(se_k)
-    g = torch.empty_like(a)
-    return (a, o, s, g, R, K, se_r // qr, se_k // qk, s.stride(0)), (qr, qk), g
-
-
-def _grads(E: torch.Tensor, roles: list) -> None:
-    """Launch the kernel for one or two roles (:func:`_role`'s results), each role's programs
-    a block of the grid's row axis (the grid's fastest axis runs over feature tiles, so the
-    programs sharing E's tile run together)."""
+def _launch(E, x, y, rows, cols, gx, gy, blocks_x: int, blocks_y: int) -> None:
+    """Launch the kernel over ``blocks_x`` row blocks of g_x (into ``gx``) then ``blocks_y``
+    of g_y (into ``gy``); a gradient without blocks may be None (its buffer is not touched)."""
     B, N, M = E.shape
-    D = roles[0][0][0].shape[2]
+    D = x.shape[2]
     c = _settings(B, N, M, D)
     bd = min(c["BD"], _feature_tile(D))
-    blocks = [-(-args[4] // c["BR"]) for args, _, _ in roles]
-    grid = (-(-D // bd), sum(blocks), B)
-    (args0, (qr0, qk0), _), (args1, (qr1, qk1), _) = roles[0], roles[-1]
-    qd, qb = _quantum(D), _quantum(E.stride(0))
+    grid = (-(-D // bd), blocks_x + blocks_y, B)
+    se_b, se_n, se_m = E.stride()
+    qd, qb, qn, qm = (_quantum(i) for i in (D, se_b, se_n, se_m))
+    gx = gy if gx is None else gx
+    gy = gx if gy is None else gy
     # (Triton launches on the current device's current stream: make that E's device)
     dev = E.device.index
     here = dev is None or dev == torch.cuda.current_device()
     with contextlib.nullcontext() if here else torch.cuda.device(dev):
         _kernel()[grid](
-            E, *args0, *args1, blocks[0], D // qd, E.stride(0) // qb,
-            BR=c["BR"], BK=c["BK"], BD=bd, PREC=c["PREC"], QD=qd, QB=qb,
-            QR0=qr0, QK0=qk0, QR1=qr1, QK1=qk1,
+            E, x, y, rows, cols, gx, gy, N, M, D // qd, se_b // qb, se_n // qn, se_m // qm,
+            rows.stride(0), cols.stride(0), blocks_x,
+            BR=c["BR"], BK=c["BK"], BD=bd, PREC=c["PREC"], QD=qd, QB=qb, QN=qn, QM=qm,
             num_warps=c["num_warps"], num_stages=c["num_stages"],
         )  # fmt: skip
 
@@ -312,16 +309,16 @@ def sqeuclidean_grads_tc(
     (contiguous), E (B, N, M) (any strides, e.g. plane 1 of the weights buffer) and its sums
     ``rows`` (B, N, 1), ``cols`` (B, M, 1) (row stride 1): the products on the tensor cores
     with the 3xTF32 split (see the module docstring).  None where not needed."""
-    roles = []
-    if need_x:
-        roles.append(_role(E, x, y, rows, False))
-    if need_y:
-        roles.append(_role(E, y, x, cols, True))
-    if ONE_LAUNCH and roles:
-        _grads(E, roles)
+    B, N, M = E.shape
+    br = _settings(B, N, M, x.shape[2])["BR"]
+    bx = -(-N // br) if need_x else 0
+    by = -(-M // br) if need_y else 0
+    gx = torch.empty_like(x) if need_x else None
+    gy = torch.empty_like(y) if need_y else None
+    if ONE_LAUNCH or not (need_x and need_y):
+        if bx + by:
+            _launch(E, x, y, rows, cols, gx, gy, bx, by)
     else:
-        for role in roles:
-            _grads(E, [role])
-    gx = roles[0][2] if need_x else None
-    gy = roles[-1][2] if need_y else None
+        _launch(E, x, y, rows, cols, gx, None, bx, 0)
+        _launch(E, x, y, rows, cols, None, gy, 0, by)
     return gx, gy
