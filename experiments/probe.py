@@ -617,8 +617,9 @@ def grad_tune(N: int = 512, B: int = 32, D: int = 64, n: int = 20) -> None:
 
 def grad_sizes(dims: tuple[int, ...] | None = None) -> None:
     """Both gradients from E by the tensor-core kernel's two settings
-    (:data:`sdtw.cuda._tc_grads.SMALL`, ``LARGE``) in one launch, at the rule's settings in
-    two (``_tc_grads.ONE_LAUNCH`` off), and by cuBLAS's float32 form, over the
+    (:data:`sdtw.cuda._tc_grads.SMALL`, ``LARGE``) as the library launches them (one launch
+    for both up to ``_tc_grads.ONE_LAUNCH_CELLS``), at the rule's settings in two launches,
+    and by cuBLAS's float32 form, over the
     paper grid's sizes and D (GPU time, CUDA-graph replays); with ``dims`` (``--dims
     24,32``), at B = 32, N = M in 512, 1024, 2048 for each D given instead."""
     from sdtw._sqeuclidean import sqeuclidean_grads
@@ -644,11 +645,12 @@ def grad_sizes(dims: tuple[int, ...] | None = None) -> None:
                 _tc_grads.ALIGN = True
             hint = f"  tc small, no D % 4 hint {us:8.1f}"
         _tc_grads.CONFIG = None
-        _tc_grads.ONE_LAUNCH = False  # the two gradients one launch each, as before 2026-12-04
+        cells = _tc_grads.ONE_LAUNCH_CELLS
+        _tc_grads.ONE_LAUNCH_CELLS = 0  # the two gradients one launch each
         try:
             two = _replayed_us(lambda c=case: _tc_grads.sqeuclidean_grads_tc(*c))
         finally:
-            _tc_grads.ONE_LAUNCH = True
+            _tc_grads.ONE_LAUNCH_CELLS = cells
         ref = _replayed_us(lambda c=case: sqeuclidean_grads(*c))
         print(f"B={B} N={N} D={D} grads us: tc small {times[0]:8.1f}  tc large {times[1]:8.1f}"
               f"  cublas float32 {ref:8.1f}  tc rule's settings, two launches {two:8.1f}"

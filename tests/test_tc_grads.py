@@ -163,3 +163,28 @@ def test_quantum_marks_multiples_of_four_only(monkeypatch):
     ]  # fmt: skip
     monkeypatch.setattr(_tc_grads, "ALIGN", False)
     assert _tc_grads._quantum(24) == 1
+
+
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, requires_gpu])]
+)
+def test_one_launch_equals_two(rng, monkeypatch, device):
+    """Both gradients in one launch (``ONE_LAUNCH_CELLS``, each program one role by its row
+    block) give the bits of one launch per gradient; shapes with N != M and more row blocks
+    of one gradient than of the other."""
+    pytest.importorskip("triton")
+    if device == "cpu" and not TRITON_INTERPRETED:
+        pytest.skip("needs TRITON_INTERPRET=1 (no GPU)")
+    from sdtw.cuda import _tc_grads
+
+    shapes = [(2, 5, 7, 3), (1, 130, 20, 24)]
+    if device == "cuda":
+        shapes.append((3, 512, 260, 64))
+    for shape in shapes:
+        inputs = _inputs(rng, *shape, device)
+        monkeypatch.setattr(_tc_grads, "ONE_LAUNCH_CELLS", 1 << 40)
+        one = _tc_grads.sqeuclidean_grads_tc(*inputs)
+        monkeypatch.setattr(_tc_grads, "ONE_LAUNCH_CELLS", 0)
+        two = _tc_grads.sqeuclidean_grads_tc(*inputs)
+        for a, b in zip(one, two, strict=True):
+            assert torch.equal(a, b), shape

@@ -6,8 +6,9 @@ For float32 inputs the eager gradients of :func:`sdtw.cuda._eager_grads` are
            g_y = 2 (\\mathrm{cols}(E) \\odot y - E^\\top x)
 
 with E (B, N, M) the expected alignment (the backward kernel's, in the weights buffer ``P``)
-and its row and column sums from the same kernel.  One Triton launch computes both gradients
-(its programs split between them by row block, :data:`ONE_LAUNCH`), each product on the TF32
+and its row and column sums from the same kernel.  One Triton launch computes both gradients up
+to ``B N M = 2^24`` cells (its programs split between them by row block,
+:data:`ONE_LAUNCH_CELLS`), one launch each above, each product on the TF32
 tensor cores with the 3xTF32 split (``tl.dot(...,
 input_precision="tf32x3")``: each operand as a TF32 high part plus a TF32 remainder, three
 products, float32 accumulation; about float32's accuracy) and the ``2 (s a - product)``
@@ -267,9 +268,13 @@ def _quantum(i: int) -> int:
     return 4 if ALIGN and i % 4 == 0 and i % 16 != 0 else 1
 
 
-#: Whether both gradients go in one launch (role by row block) rather than one launch each
-#: (a switch for ``probe --gradsizes``'s A/B).
-ONE_LAUNCH = True
+#: Both gradients go in one launch (the grid's row axis split between g_x's and g_y's row
+#: blocks) up to this many cells ``B N M``, one launch each above (``probe --gradsizes``,
+#: H200, run 159 of ``probe-dev.txt``, both gradients, us, one launch / two): B = 32, D = 64,
+#: N = 512 59.2-60.8 / 64.5; N = 128 13.3 / 23.9; B = 32, N = 256, D = 1024 204.6 / 217.9;
+#: but N = 1024 193.9 / 194.2, N = 2048 720.8 / 712.0, B = 4, N = 8192 1411.0 / 1383.4.
+#: (0: always two launches, the switch of that A/B.)
+ONE_LAUNCH_CELLS = 1 << 24
 
 
 def _launch(E, x, y, rows, cols, gx, gy, blocks_x: int, blocks_y: int) -> None:
@@ -315,7 +320,7 @@ def sqeuclidean_grads_tc(
     by = -(-M // br) if need_y else 0
     gx = torch.empty_like(x) if need_x else None
     gy = torch.empty_like(y) if need_y else None
-    if ONE_LAUNCH or not (need_x and need_y):
+    if B * N * M <= ONE_LAUNCH_CELLS or not (need_x and need_y):
         if bx + by:
             _launch(E, x, y, rows, cols, gx, gy, bx, by)
     else:
