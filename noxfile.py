@@ -33,7 +33,10 @@ def _install(session: nox.Session, extras: str) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite on the CPU, CUDA kernels in Numba's simulator (GPU tests skip)."""
     _install(session, "test")
-    session.run("python", "-m", "pytest", *session.posargs, env={"NUMBA_ENABLE_CUDASIM": "1"})
+    # one worker process per core (pytest-xdist); ``nox -s tests -- -n 0`` runs in one process
+    session.run(
+        "python", "-m", "pytest", "-n", "auto", *session.posargs, env={"NUMBA_ENABLE_CUDASIM": "1"}
+    )
 
 
 @nox.session(venv_params=VENV)
