@@ -159,7 +159,7 @@ def _kernel():
         GY,  # (B, M, D) g_y, written where the grid has rows past NBX
         N,
         M,
-        D,  # D, se_b, se_n and se_m as passed: divided by QD, QB, QN and QM (see _grad)
+        D,  # D, se_b, se_n and se_m as passed: divided by QD, QB, QN and QM (see _run)
         se_b,
         se_n,
         se_m,
@@ -254,7 +254,7 @@ MIN_CELLS = 512 * 512
 MAX_B = 65535
 
 
-#: Whether :func:`_grad` tells the kernel which of D and E's strides are multiples of 4
+#: Whether :func:`_run` tells the kernel which of D and E's strides are multiples of 4
 #: (:func:`_quantum`; a switch for ``probe --gradsizes``'s A/B).
 ALIGN = True
 
@@ -277,12 +277,12 @@ def _quantum(i: int) -> int:
 ONE_LAUNCH_CELLS = 1 << 24
 
 
-def _launch(E, x, y, rows, cols, gx, gy, blocks_x: int, blocks_y: int) -> None:
-    """Launch the kernel over ``blocks_x`` row blocks of g_x (into ``gx``) then ``blocks_y``
-    of g_y (into ``gy``); a gradient without blocks may be None (its buffer is not touched)."""
+def _run(E, x, y, rows, cols, gx, gy, blocks_x: int, blocks_y: int, c: dict) -> None:
+    """Launch the kernel at settings ``c`` (:func:`_settings`) over ``blocks_x`` row blocks of
+    g_x (into ``gx``) then ``blocks_y`` of g_y (into ``gy``); a gradient without blocks may be
+    None (its buffer is not touched)."""
     B, N, M = E.shape
     D = x.shape[2]
-    c = _settings(B, N, M, D)
     bd = min(c["BD"], _feature_tile(D))
     grid = (-(-D // bd), blocks_x + blocks_y, B)
     se_b, se_n, se_m = E.stride()
@@ -315,15 +315,15 @@ def sqeuclidean_grads_tc(
     ``rows`` (B, N, 1), ``cols`` (B, M, 1) (row stride 1): the products on the tensor cores
     with the 3xTF32 split (see the module docstring).  None where not needed."""
     B, N, M = E.shape
-    br = _settings(B, N, M, x.shape[2])["BR"]
-    bx = -(-N // br) if need_x else 0
-    by = -(-M // br) if need_y else 0
+    c = _settings(B, N, M, x.shape[2])
+    bx = -(-N // c["BR"]) if need_x else 0
+    by = -(-M // c["BR"]) if need_y else 0
     gx = torch.empty_like(x) if need_x else None
     gy = torch.empty_like(y) if need_y else None
     if B * N * M <= ONE_LAUNCH_CELLS or not (need_x and need_y):
         if bx + by:
-            _launch(E, x, y, rows, cols, gx, gy, bx, by)
+            _run(E, x, y, rows, cols, gx, gy, bx, by, c)
     else:
-        _launch(E, x, y, rows, cols, gx, None, bx, 0)
-        _launch(E, x, y, rows, cols, None, gy, 0, by)
+        _run(E, x, y, rows, cols, gx, None, bx, 0, c)
+        _run(E, x, y, rows, cols, None, gy, 0, by, c)
     return gx, gy
