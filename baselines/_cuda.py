@@ -23,13 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from sdtw._compat import patch_numpy_for_numba
-
-patch_numpy_for_numba()  # before numba.cuda compiles anything (see sdtw/_compat.py)
-
-try:
+try:  # (through sdtw's import: its numpy shim goes first)
     from numba import config as _numba_config
-    from numba import cuda
+
+    from sdtw.cuda import import_numba_cuda
+
+    cuda = import_numba_cuda()
 except ImportError:  # numba without the CUDA target (numba-cuda not installed)
     cuda = None  # type: ignore[assignment]
     _numba_config = None

@@ -45,7 +45,7 @@ Limits
 * One block per pair: with a small batch most SMs idle; each diagonal costs a block barrier and
   a round trip of ``R`` through global memory (L1/L2 in practice).
 * CUDA tensors only (or CPU tensors under ``NUMBA_ENABLE_CUDASIM=1``); float32 / float64.
-* ``bandwidth`` uses this repository's band (:mod:`sdtw._band`); the original tests
+* ``bandwidth`` uses this repository's band (:mod:`sdtw.band`); the original tests
   ``|i - j| > bandwidth``, the same when ``N == M``.
 
 Where it is numerically unsound
@@ -71,7 +71,7 @@ from torch.autograd.function import once_differentiable
 from baselines import _cuda
 from baselines._common import check_inputs, sqeuclidean, sqeuclidean_broadcast
 from baselines._cuda import cuda
-from sdtw._band import band_offsets
+from sdtw.band import band_offsets
 
 __all__ = ["MAX_LENGTH", "launches", "loss"]
 
@@ -231,7 +231,7 @@ def loss(
         How torch computes the cost: Maghoumi's (B, N, M, D) broadcast, or a batched matrix
         product.
     bandwidth : int or None
-        Sakoe-Chiba radius (see :mod:`sdtw._band`); ``None``: no band.
+        Sakoe-Chiba radius (see :mod:`sdtw.band`); ``None``: no band.
 
     Returns
     -------

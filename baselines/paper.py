@@ -40,7 +40,7 @@ Limits
   ``E``, plus the cost and its gradient when unfused).
 * The fused backward's distance loops are serial over ``D`` with scalar loads.
 * CUDA tensors only (or CPU tensors under ``NUMBA_ENABLE_CUDASIM=1``); float32 / float64.
-* ``bandwidth`` uses this repository's band (:mod:`sdtw._band`, rescaled when ``N != M``) so the
+* ``bandwidth`` uses this repository's band (:mod:`sdtw.band`, rescaled when ``N != M``) so the
   baseline computes the same function as our reference; the original uses
   ``|i - j| <= bandwidth``, which agrees when ``N == M``.
 
@@ -69,7 +69,7 @@ from torch.autograd.function import once_differentiable
 from baselines import _cuda
 from baselines._common import check_inputs, sqeuclidean
 from baselines._cuda import cuda
-from sdtw._band import band_offsets
+from sdtw.band import band_offsets
 
 __all__ = ["launches", "loss"]
 
@@ -313,7 +313,7 @@ def loss(
         Recompute distances inside the kernels ("paper-fused") instead of taking a torch cost
         tensor ("paper-unfused").
     bandwidth : int or None
-        Sakoe-Chiba radius (see :mod:`sdtw._band`); ``None``: no band.
+        Sakoe-Chiba radius (see :mod:`sdtw.band`); ``None``: no band.
 
     Returns
     -------

@@ -53,7 +53,7 @@ def loss(
     gamma : float
         Smoothing, > 0.
     bandwidth : int or None
-        Sakoe-Chiba radius (see :mod:`sdtw._band`); ``None``: no band.
+        Sakoe-Chiba radius (see :mod:`sdtw.band`); ``None``: no band.
 
     Returns
     -------

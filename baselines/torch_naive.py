@@ -55,7 +55,7 @@ import math
 import torch
 
 from baselines._common import check_inputs, sqeuclidean
-from sdtw._band import band_offsets
+from sdtw.band import band_offsets
 
 __all__ = ["loss"]
 
@@ -92,7 +92,7 @@ def loss(
     gamma : float
         Smoothing, > 0.
     bandwidth : int or None
-        Sakoe-Chiba radius (see :mod:`sdtw._band`); ``None``: no band.
+        Sakoe-Chiba radius (see :mod:`sdtw.band`); ``None``: no band.
 
     Returns
     -------

@@ -25,7 +25,7 @@ name               what                                                         
 
 ``sdtw-fused`` and ``sdtw-unfused`` are the library's defaults: a small call repeated with
 the same shapes replays a CUDA graph the library captured of its own GPU work
-(:mod:`sdtw.cuda._graphs`; from the harness's first timed step on, its warm-up and
+(:func:`sdtw.cuda.set_graphs`; from the harness's first timed step on, its warm-up and
 instrumented steps being the two eager calls before the capture).  The ``-nograph`` rows turn
 that off, so every call launches its kernels eagerly.
 
@@ -36,7 +36,7 @@ copies and one graph launch; their ``peak_mem_bytes`` is what the captured graph
 allocated.  Their loss runs with the library's own graphs off, as the README advises a caller
 that captures whole steps: in the warm-up steps (on a side stream) the library would capture
 a graph of its own that the replays never use, but that holds memory and counts toward its
-budget of kept graphs (:mod:`sdtw.cuda._graphs`).  They are timed in turn among themselves,
+budget of kept graphs (:func:`sdtw.cuda.set_graphs`).  They are timed in turn among themselves,
 after the eager rows (:func:`experiments.run._turn_groups`).  Real GPUs only (the simulator
 has no graphs).
 
@@ -207,7 +207,7 @@ def _io(B: int, N: int, M: int, D: int, s: int) -> int:
 
 def _boundary_rows(N: int, M: int) -> int:
     # sdtw's 8-byte boundary rows Rb / Gb per pair: ceil(N / TB) bands of M + 1 values (one
-    # padding slot; TB = 32 in sdtw.cuda._kernels; not imported here, to keep numba out).
+    # padding slot; TB = 32 in sdtw.cuda.kernels.geometry; not imported here, to keep numba out).
     return 8 * math.ceil(N / 32) * (M + 1)
 
 
@@ -262,9 +262,9 @@ def _reference(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) ->
 
 
 def _sdtw_launches() -> int:
-    from sdtw.cuda import _launch
+    import sdtw.cuda
 
-    return sum(_launch.launch_counts.values())
+    return sum(sdtw.cuda.launch_counts().values())
 
 
 def _sdtw(fused: bool | None, backend: str) -> LossFn:
@@ -387,12 +387,12 @@ def _tslearn(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
 def _pysdtw(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
     """pysdtw's CUDA soft-DTW (Numba, Maghoumi-derived; squared Euclidean distance).
 
-    Its Numba launches reach ``np.row_stack``, gone in NumPy 2.5: sdtw's one compatibility
-    shim (:func:`sdtw._compat.patch_numpy_for_numba`) is applied first, as for our kernels.
+    Its Numba launches reach ``np.row_stack``, gone in NumPy 2.5: numba.cuda is imported
+    through :func:`sdtw.cuda.import_numba_cuda` first, which applies sdtw's shim for it.
     """
-    from sdtw._compat import patch_numpy_for_numba
+    import sdtw.cuda
 
-    patch_numpy_for_numba()
+    sdtw.cuda.import_numba_cuda()
     import pysdtw
 
     return pysdtw.SoftDTW(gamma=gamma, use_cuda=True)(x, y)

@@ -5,10 +5,21 @@ Importing this package never touches the GPU and needs neither numba-cuda nor Tr
 
 from __future__ import annotations
 
+from sdtw import distances
+from sdtw.band import band_offsets, sakoe_chiba_mask
 from sdtw.barycenter import softdtw_barycenter
 from sdtw.functional import softdtw, softdtw_from_cost
 from sdtw.module import SoftDTW
 from sdtw.reference import softdtw_reference
 
-__all__ = ["SoftDTW", "softdtw", "softdtw_barycenter", "softdtw_from_cost", "softdtw_reference"]
+__all__ = [
+    "SoftDTW",
+    "band_offsets",
+    "distances",
+    "sakoe_chiba_mask",
+    "softdtw",
+    "softdtw_barycenter",
+    "softdtw_from_cost",
+    "softdtw_reference",
+]
 __version__ = "0.1.0"

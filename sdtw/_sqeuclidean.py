@@ -10,7 +10,7 @@ def sqeuclidean(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     The norms' sum goes into the result first (one broadcast add), then an in-place batched
     matmul adds ``-2 x y^T`` to it, then the clamp: three passes over the (B, N, M) result, no
-    other (B, N, M) buffer.  No gradient is tracked here (see ``sdtw.functional._SqEuclidean``).
+    other (B, N, M) buffer.  No gradient is tracked here (see ``sdtw.distances._SqEuclidean``).
 
     Rounding (float32): the matmul accumulates only the products, of magnitude ``|x.y|``,
     and the norms enter once, at the end.  Folding the norms into the matmul as two extra

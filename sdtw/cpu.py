@@ -186,7 +186,7 @@ def cpu_forward(cost: np.ndarray, gamma: float, lo: int, hi: int) -> tuple[np.nd
     gamma : float
         Smoothing, > 0.
     lo, hi : int
-        Band offsets from :func:`sdtw._band.band_offsets`: cell ``(i, j)`` is computed iff
+        Band offsets from :func:`sdtw.band.band_offsets`: cell ``(i, j)`` is computed iff
         ``-lo <= j - i <= hi``; every other cell holds ``+inf``.
 
     Returns

@@ -7,8 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from sdtw import _validation as V
-from sdtw.functional import softdtw
+from sdtw.functional import Options, softdtw_options
 
 __all__ = ["SoftDTW"]
 
@@ -55,27 +54,40 @@ class SoftDTW(nn.Module):
         backend: str = "auto",
     ) -> None:
         super().__init__()
-        self.gamma = V.check_gamma(gamma)
-        self.bandwidth = V.check_bandwidth(bandwidth)
-        self.normalize = bool(normalize)
-        self.dist = V.check_dist(dist)
-        self.fused = V.check_fused(fused)
-        self.backend = V.check_backend(backend)
+        self.options = Options.make(
+            gamma=gamma,
+            bandwidth=bandwidth,
+            normalize=normalize,
+            dist=dist,
+            fused=fused,
+            backend=backend,
+        )
 
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return softdtw(
-            x,
-            y,
-            gamma=self.gamma,
-            bandwidth=self.bandwidth,
-            normalize=self.normalize,
-            dist=self.dist,
-            fused=self.fused,
-            backend=self.backend,
-        )
+        return softdtw_options(x, y, self.options)
 
     def extra_repr(self) -> str:
+        o = self.options
         return (
-            f"gamma={self.gamma}, bandwidth={self.bandwidth}, normalize={self.normalize}, "
-            f"dist={self.dist!r}, fused={self.fused}, backend={self.backend!r}"
+            f"gamma={o.gamma}, bandwidth={o.bandwidth}, normalize={o.normalize}, "
+            f"dist={o.dist!r}, fused={o.fused}, backend={o.backend!r}"
         )
+
+
+def _setting(name: str) -> property:
+    """A setting of the module, read from and written to its validated options."""
+
+    def get(self: SoftDTW):
+        return getattr(self.options, name)
+
+    def set_(self: SoftDTW, value) -> None:
+        kw = {f: getattr(self.options, f) for f in _SETTINGS}
+        kw[name] = value
+        self.options = Options.make(**kw)
+
+    return property(get, set_, doc=f"``{name}`` (validated when set)")
+
+
+_SETTINGS = ("gamma", "bandwidth", "normalize", "dist", "fused", "backend")
+for _name in _SETTINGS:
+    setattr(SoftDTW, _name, _setting(_name))

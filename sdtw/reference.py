@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from sdtw._band import band_mask
+from sdtw.band import sakoe_chiba_mask
 
 __all__ = ["reference_backward", "reference_forward", "softdtw_reference"]
 
@@ -65,7 +65,7 @@ def reference_forward(cost: np.ndarray, gamma: float, bandwidth: int | None = No
     """
     cost = np.asarray(cost, dtype=np.float64)
     B, N, M = cost.shape
-    mask = band_mask(N, M, bandwidth)
+    mask = sakoe_chiba_mask(N, M, bandwidth)
     R = np.full((B, N + 2, M + 2), np.inf)
     R[:, 0, 0] = 0.0
     for i in range(1, N + 1):
@@ -84,7 +84,7 @@ def reference_backward(
     """Backward DP (Algorithm 2): expected alignment ``E``, shape (B, N, M), float64."""
     cost = np.asarray(cost, dtype=np.float64)
     B, N, M = cost.shape
-    mask = band_mask(N, M, bandwidth)
+    mask = sakoe_chiba_mask(N, M, bandwidth)
     C = np.zeros((B, N + 2, M + 2))
     C[:, 1 : N + 1, 1 : M + 1] = cost
     R = R.copy()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import sdtw
-from sdtw.functional import pairwise_cost
+from sdtw.distances import pairwise as pairwise_cost
 from tests.conftest import GAMMAS, RTOL, SHAPES, randn, rel_err
 
 

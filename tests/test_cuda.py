@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import sdtw
-from sdtw.functional import pairwise_cost
+from sdtw.cuda.config import overrides
+from sdtw.distances import pairwise as pairwise_cost
 from tests.conftest import GAMMAS, SIM_SHAPES, randn, rel_err, requires_gpu, requires_sim
 
 # One combination of the other settings per shape keeps the simulator time down (each launch
@@ -65,19 +66,6 @@ def _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype
 @pytest.mark.parametrize("B,N,M,D,gamma,bandwidth,normalize,dtype", SIM_CASES)
 def test_sim_matches_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused):
     _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, "cpu")
-
-
-@requires_sim
-@pytest.mark.cudasim
-@pytest.mark.parametrize("fused", [True, False])
-@pytest.mark.parametrize("case", [1, 4, 5])
-def test_sim_quiet_variant(monkeypatch, rng, case, fused):
-    """The kernels' *quiet* variant (boundary values published a group at a time, read by
-    atomics; a GPU runs the busy one, as do the other tests), against the reference."""
-    from sdtw.cuda import _launch
-
-    monkeypatch.setattr(_launch, "FORCE_BUSY", False)
-    _check_against_reference(rng, *SIM_CASES[case], fused, "cpu")
 
 
 @requires_sim
@@ -168,13 +156,11 @@ def test_sim_launches_per_pass(rng, fused, dtype, forward_launches):
     """A constant number of Numba launches per pass, whatever N: the fused forward with
     gradients parks the distances (one launch) and then runs the DP (one); the unfused one
     writes the squared Euclidean cost (one) and then runs the DP on it (one)."""
-    from sdtw.cuda import _launch
-
     x = randn(rng, 1, 33, 2, dtype=dtype).requires_grad_()  # two bands
-    before = dict(_launch.launch_counts)
+    before = dict(sdtw.cuda.launch_counts())
     y = randn(rng, 1, 5, 2, dtype=dtype)
     sdtw.softdtw(x, y, backend="cuda", fused=fused).sum().backward()
-    after = _launch.launch_counts
+    after = sdtw.cuda.launch_counts()
     assert after["forward"] - before.get("forward", 0) == forward_launches
     assert after["backward"] - before.get("backward", 0) == 1
 
@@ -185,7 +171,10 @@ def test_first_launch_says_which_toolkit_piece_is_missing():
     """A kernel's first launch that fails for want of NVVM, NVRTC or libdevice (numba-cuda's
     compile) raises a RuntimeError naming them and the extras that install them; any other
     error passes through unchanged."""
-    from sdtw.cuda import _launch
+    from sdtw.cuda import _launch, _private
+
+    def launcher(kernel):
+        return _private.Launcher(kernel, True, False, _launch._toolkit_error)
 
     class Failing:
         def __init__(self, exc):
@@ -200,13 +189,13 @@ def test_first_launch_says_which_toolkit_piece_is_missing():
     t = torch.zeros(3)
     missing = OSError('Failure finding "libnvrtc.so.13 or libnvrtc.so.12"')
     with pytest.raises(RuntimeError, match=r"NVRTC: pip install 'sdtw\[cuda13\]'") as info:
-        _launch._Launcher(Failing(missing))(1, 32, (0, 0), t, 4)
+        launcher(Failing(missing))(1, 32, (0, 0), t, 4)
     assert info.value.__cause__ is missing
     with pytest.raises(RuntimeError, match="NVVM, libdevice"):
-        _launch._Launcher(Failing(ValueError("libNVVM cannot find libdevice")))(1, 32, (0, 0), t)
+        launcher(Failing(ValueError("libNVVM cannot find libdevice")))(1, 32, (0, 0), t)
     other = ValueError("bad argument")
     with pytest.raises(ValueError, match="bad argument") as info:
-        _launch._Launcher(Failing(other))(1, 32, (0, 0), t)
+        launcher(Failing(other))(1, 32, (0, 0), t)
     assert info.value is other
 
 
@@ -219,37 +208,37 @@ def test_launch_parameter_buffer():
     import struct
     import threading
 
-    from sdtw.cuda import _launch
+    from sdtw.cuda import _private as P
 
     t = torch.zeros(2, 3, dtype=torch.float32)
-    key, flat = _launch._signature((t, 5, 0.5, True))
+    key, flat = P.signature((t, 5, 0.5, True))
     assert flat == [0, 0, 6, 4, t.data_ptr(), 2, 3, 12, 4, 5, 0.5, True]
     assert key == ((torch.float32, 2, True), int, float, bool)
-    fmt = _launch._param_format(flat, [(8 * k, 8) for k in range(11)] + [(88, 1)])
+    fmt = P.param_format(flat, [(8 * k, 8) for k in range(11)] + [(88, 1)])
     buf = bytearray(fmt.size)
     fmt.pack_into(buf, 0, *flat)
     assert fmt.size == 89 and buf[88] == 1
     assert struct.unpack_from("<q", buf, 72)[0] == 5
     assert struct.unpack_from("<d", buf, 80)[0] == 0.5
-    assert _launch._param_format([True, 7], [(0, 1), (8, 8)]).size == 16  # aligned after a bool
+    assert P.param_format([True, 7], [(0, 1), (8, 8)]).size == 16  # aligned after a bool
     with pytest.raises(ValueError):
-        _launch._param_format([1.0], [(0, 4)])  # a 4-byte parameter for a double
+        P.param_format([1.0], [(0, 4)])  # a 4-byte parameter for a double
     with pytest.raises(ValueError):
-        _launch._param_format([1, 2], [(0, 8)])  # more values than parameters
+        P.param_format([1, 2], [(0, 8)])  # more values than parameters
     with pytest.raises(TypeError):
-        _launch._signature((np.int64(3),))
-    # a _View packs exactly what its torch view would (key and flat values)
+        P.signature((np.int64(3),))
+    # a View packs exactly what its torch view would (key and flat values)
     base = torch.arange(40, dtype=torch.float64)
     for shape, offset in [((2, 3), 12), ((7,), 0), ((3, 1), 5), ((1, 1), 39), ((2, 1, 4), 1)]:
-        v = _launch._View(base, shape, offset)
+        v = P.View(base, shape, offset)
         n = int(np.prod(shape))
         assert torch.equal(v.tensor(), base[offset : offset + n].view(shape))
-        assert _launch._signature((v, 3)) == _launch._signature((v.tensor(), 3))
+        assert P.signature((v, 3)) == P.signature((v.tensor(), 3))
         # the (shape, dtype) layout is cached: another base gets its own address
-        w = _launch._View(base.clone(), shape, offset)
-        assert _launch._signature((w, 3)) == _launch._signature((w.tensor(), 3))
-        assert _launch._signature((w, 3))[1][4] != _launch._signature((v, 3))[1][4]
-    params = _launch._ParamBuffer(16)
+        w = P.View(base.clone(), shape, offset)
+        assert P.signature((w, 3)) == P.signature((w.tensor(), 3))
+        assert P.signature((w, 3))[1][4] != P.signature((v, 3))[1][4]
+    params = P._ParamBuffer(16)
     other = []
     worker = threading.Thread(target=lambda: other.append(params.buf))
     worker.start()
@@ -281,26 +270,15 @@ def _check_park(rng, device, dtype, N, M, B=2):
     stores) and even M (vector stores): float64, in P's plane 0 (plane 1 untouched);
     float32 inputs, as the high (plane 1) and low (plane 0) 32-bit words of the float64
     distance of the float32 inputs."""
-    from sdtw.cuda import _kernels as K
     from sdtw.cuda import _launch
+    from sdtw.cuda.kernels import park
 
-    D = K._park_pk(dtype == torch.float32) + 1
+    f32 = dtype == torch.float32
+    D = park._layout(f32)[0] + 1  # one feature past the first pass
     x = randn(rng, B, N, D, dtype=dtype, device=device)
     y = randn(rng, B, M, D, dtype=dtype, device=device)
     P = torch.full((B, 2, N, M), float("nan"), dtype=dtype, device=device)
-    tiles = B * (-(-N // K.PS)) * (-(-M // K.PS))
-    park = K.PARK if dtype == torch.float64 else K.PARK32
-    _launch._launcher(park)(
-        tiles,
-        K.PARK_THREADS,
-        _launch._stream(x.device),
-        x.view(-1),
-        y.view(-1),
-        P.view(-1),
-        N,
-        M,
-        D,
-    )
+    _launch._park(f32, False, x, y, P, _launch._stream(x.device))
     ref = torch.cdist(x.cpu().double(), y.cpu().double()) ** 2
     if dtype == torch.float64:
         got = P[:, 0].cpu()
@@ -389,14 +367,14 @@ def test_sim_softmin3_against_exact(rng, fast):
     """The DP step's soft-min (the diagonal and left terms relative to the smaller of the two,
     the upper value through one exponent of -|t|) against the textbook form on fresh triples
     of either order and gaps up to ~200, and its +inf / NaN / invalid-cell cases."""
-    from sdtw.cuda import _kernels as K
+    from sdtw.cuda.kernels import recurrence as K
 
     f64 = np.float64
-    softmin = K._softmin3_fast if fast else K._softmin3
+    softmin = K.softmin3_fast if fast else K.softmin3
 
     def call(r_diag, r_left, up, cost, ok=True):
-        m2 = K._min2(f64(r_diag), f64(r_left))
-        mm2 = K._min2(K._min2(f64(r_diag), K.BIG), f64(r_left))
+        m2 = K.min2(f64(r_diag), f64(r_left))
+        mm2 = K.min2(K.min2(f64(r_diag), K.BIG), f64(r_left))
         r, pd, pu = softmin(f64(r_diag), f64(r_left), m2, mm2, f64(up), f64(cost), ok)
         return float(r), float(pd), float(pu)
 
@@ -434,7 +412,7 @@ def test_sim_softmin_accuracy_script_emulates_the_kernel(rng):
     same values and weights (to float32 rounding of its exponentials) on fresh triples with
     +inf among them, so the accuracy it reports is the kernel's arithmetic."""
     from experiments import softmin_accuracy as S
-    from sdtw.cuda import _kernels as K
+    from sdtw.cuda.kernels import recurrence as K
 
     assert S.BIG == K.BIG
     v = rng.uniform(-50.0, 50.0, (3, 300))
@@ -445,10 +423,10 @@ def test_sim_softmin_accuracy_script_emulates_the_kernel(rng):
     cost = rng.uniform(0.0, 10.0, 300)
     got = np.array(
         [
-            K._softmin3_fast(
+            K.softmin3_fast(
                 *(
                     np.float64(a)
-                    for a in (d, left, K._min2(d, left), K._min2(K._min2(d, K.BIG), left))
+                    for a in (d, left, K.min2(d, left), K.min2(K.min2(d, K.BIG), left))
                 ),
                 np.float64(u),
                 np.float64(c),
@@ -525,72 +503,65 @@ def test_gpu_float32_accuracy_paper_case(rng, gamma, fused):
     ],
 )
 @pytest.mark.parametrize("mover", [False, True])
-def test_gpu_matches_reference(
-    monkeypatch, rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, mover
-):
+def test_gpu_matches_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, mover):
     """Both variants of the DP kernels (one warp per band; with the mover warp), forward and
     backward, at every case."""
-    from sdtw.cuda import _launch
-
-    monkeypatch.setattr(_launch, "FORCE_MOVER", mover)
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", mover)
-    _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, "cuda")
+    with overrides(mover=mover, backward_mover=mover):
+        _check_against_reference(rng, B, N, M, D, gamma, bandwidth, normalize, dtype, fused, "cuda")
 
 
-def test_mover_rule(monkeypatch):
-    """The forward takes the mover variant for the fused float32 forward with gradients only
-    (never for the fused no-gradient forward); FORCE_MOVER overrides the rule, and under the
-    simulator only it turns the variant on.  The fused float32 forward without gradients takes
-    mode tiled (a mover mode) on a GPU; FORCE_TILED overrides that, and under the simulator
-    only it turns it on.  The backward takes its mover on a GPU;
-    FORCE_BACKWARD_MOVER overrides that likewise.  (Simulator flag faked here.)"""
-    from sdtw.cuda import _kernels as K
-    from sdtw.cuda import _launch
+def test_variant_rules():
+    """The forward's mode and mover and the backward's mover by the rules of
+    :mod:`sdtw.cuda.policy`, on a GPU and under the simulator, and what the overrides do:
+    mode tiled only for the fused float32 forward without gradients on a GPU (with gradients
+    too when forced); the mover for mode hilo on a GPU (forced, in the simulator too) and
+    always for mode tiled, never for the others; the backward's mover on a GPU."""
+    from sdtw.cuda import policy as R
+    from sdtw.cuda.kernels import COST, FUSED, HILO, SPLIT, TILED
 
-    monkeypatch.setattr(_launch, "FORCE_MOVER", None)
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", None)
-    monkeypatch.setattr(K, "SIMULATED", False)
-    assert _launch.mover(K.HILO) and _launch.mover(K.TILED)
-    for mode in (K.COST, K.SPLIT, K.FUSED):
-        assert not _launch.mover(mode)
-    assert _launch.backward_mover()
-    monkeypatch.setattr(_launch, "FORCE_TILED", None)
-    assert _launch.tiled(True, False) and not _launch.tiled(True, True)
-    assert not _launch.tiled(False, False)
-    monkeypatch.setattr(_launch, "FORCE_TILED", True)
-    assert _launch.tiled(True, True) and not _launch.tiled(False, True)
-    monkeypatch.setattr(_launch, "FORCE_TILED", False)
-    assert not _launch.tiled(True, False)
-    monkeypatch.setattr(_launch, "FORCE_TILED", None)
-    monkeypatch.setattr(_launch, "FORCE_MOVER", True)
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
-    assert _launch.mover(K.COST) and not _launch.mover(K.FUSED)
-    monkeypatch.setattr(_launch, "FORCE_MOVER", False)
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
-    assert not _launch.mover(K.HILO) and not _launch.backward_mover()
-    assert _launch.mover(K.TILED)  # (tiled is a mover mode)
-    monkeypatch.setattr(K, "SIMULATED", True)  # only the overrides turn them on there
-    monkeypatch.setattr(_launch, "FORCE_MOVER", True)
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
-    assert _launch.mover(K.HILO) and _launch.backward_mover()
-    monkeypatch.setattr(_launch, "FORCE_MOVER", None)
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", None)
-    assert not _launch.mover(K.HILO) and not _launch.backward_mover()
-    assert not _launch.tiled(True, False)
+    # (fused, fast, store) -> mode on a GPU, then under the simulator
+    modes = {
+        (False, True, True): (COST, COST),
+        (True, True, True): (HILO, HILO),
+        (True, False, True): (SPLIT, SPLIT),
+        (True, True, False): (TILED, FUSED),
+        (True, False, False): (FUSED, FUSED),
+    }
+    for args, (gpu, sim) in modes.items():
+        assert (R.forward_mode(*args, False), R.forward_mode(*args, True)) == (gpu, sim), args
+    assert R.forward_mover(HILO, False) and R.forward_mover(TILED, False)
+    assert R.forward_mover(TILED, True) and not R.forward_mover(HILO, True)
+    for mode in (COST, SPLIT, FUSED):
+        assert not R.forward_mover(mode, False)
+    assert R.backward_mover(False) and not R.backward_mover(True)
+    with overrides(tiled=True):
+        assert R.forward_mode(True, True, True, False) == TILED
+        assert R.forward_mode(True, False, True, False) == SPLIT  # float32 only
+    with overrides(tiled=False):
+        assert R.forward_mode(True, True, False, False) == FUSED
+    with overrides(mover=True, backward_mover=True):
+        assert R.forward_mover(HILO, True) and R.backward_mover(True)
+        assert not R.forward_mover(COST, True) and not R.forward_mover(FUSED, False)
+    with overrides(mover=False, backward_mover=False):
+        assert not R.forward_mover(HILO, False) and not R.backward_mover(False)
+        assert R.forward_mover(TILED, False)  # (tiled is a mover mode)
+        with overrides(mover=True):  # an inner block keeps what it does not name
+            assert R.forward_mover(HILO, False) and not R.backward_mover(False)
+    assert R.forward_mover(HILO, False) and not R.forward_mover(HILO, True)  # restored
+    with pytest.raises(TypeError, match="unknown rule"):
+        with overrides(busy=True):
+            pass
 
 
-def _check_mover_matches_one_warp(
-    monkeypatch, rng, device, dtype, shapes, gamma=0.1, sums_tol=None
-):
-    """The mover variant of the forward, and (``sums_tol`` given) the mover variants of the
-    forward and the backward together, give the one-warp kernels' values, weights and
-    gradients bit for bit (the same steps on the same costs), from a cost tensor with and
-    without gradients and fused (hilo, split); the one-warp run is made once for both.  With
-    the backward's mover the fused gradients go through E's column sums, float atomics added
-    band by band in whatever order the bands get there: ``sums_tol`` is their relative
-    tolerance.  Two cost pairs on a GPU, one in the simulator (which runs blocks one at a
-    time)."""
-    from sdtw.cuda import _launch
+def _check_mover_matches_one_warp(rng, device, dtype, shapes, gamma=0.1, sums_tol=None):
+    """The mover variant of the forward (mode hilo: fused float32 with gradients), and
+    (``sums_tol`` given) the mover variants of the forward and the backward together, give the
+    one-warp kernels' values, weights and gradients bit for bit (the same steps on the same
+    costs), from a cost tensor with and without gradients and fused; the one-warp run is made
+    once for both.  With the backward's mover the fused gradients go through E's column sums,
+    float atomics added band by band in whatever order the bands get there: ``sums_tol`` is
+    their relative tolerance.  Two cost pairs on a GPU, one in the simulator (which runs
+    blocks one at a time)."""
 
     # (forward's mover, backward's mover, tolerance of the fused gradients; 0: equal)
     variants = [(False, False, 0.0), (True, False, 0.0)]
@@ -605,16 +576,15 @@ def _check_mover_matches_one_warp(
         go = randn(rng, pairs, dtype=dtype, device=device)
         got = []
         for forward_mover, backward_mover, _ in variants:
-            monkeypatch.setattr(_launch, "FORCE_MOVER", forward_mover)
-            monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", backward_mover)
-            c = cost.clone().requires_grad_()
-            v = sdtw.softdtw_from_cost(c, gamma=gamma, backend="cuda")
-            (gc,) = torch.autograd.grad(v, c, go)
-            with torch.no_grad():
-                v0 = sdtw.softdtw_from_cost(cost, gamma=gamma, backend="cuda")
-            xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
-            vf = sdtw.softdtw(xs, ys, gamma=gamma, backend="cuda", fused=True)
-            gf = torch.autograd.grad(vf, (xs, ys), go[:1])
+            with overrides(mover=forward_mover, backward_mover=backward_mover, sweep_grads=False):
+                c = cost.clone().requires_grad_()
+                v = sdtw.softdtw_from_cost(c, gamma=gamma, backend="cuda")
+                (gc,) = torch.autograd.grad(v, c, go)
+                with torch.no_grad():
+                    v0 = sdtw.softdtw_from_cost(cost, gamma=gamma, backend="cuda")
+                xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+                vf = sdtw.softdtw(xs, ys, gamma=gamma, backend="cuda", fused=True)
+                gf = torch.autograd.grad(vf, (xs, ys), go[:1])
             got.append((v, gc, v0, vf, *gf))
         for (forward_mover, backward_mover, tol), theirs in zip(variants[1:], got[1:], strict=True):
             where = (N, M, forward_mover, backward_mover)
@@ -627,81 +597,72 @@ def _check_mover_matches_one_warp(
 
 @requires_sim
 @pytest.mark.cudasim
-def test_sim_movers_match_one_warp(monkeypatch, rng):
+def test_sim_movers_match_one_warp(rng):
     """:func:`_check_mover_matches_one_warp` in the simulator, the forward's mover and both
     movers, at a shape with a one-row band (row groups past the band's last row), three
     column chunks written out by the movers' items and the last by their tails: E bit for
     bit, the fused gradients within float32 rounding with the backward's mover (a partial
-    band's column sums are added in another order).  float32 only (the float64 forward
-    takes its mover only when forced: :func:`test_gpu_mover_matches_one_warp` compares that
-    variant, ~50 s of simulator time less on CI)."""
-    _check_mover_matches_one_warp(monkeypatch, rng, "cpu", torch.float32, [(33, 70)], sums_tol=1e-6)
+    band's column sums are added in another order).  float32 only
+    (:func:`test_gpu_mover_matches_one_warp` compares float64's backward movers, ~50 s of
+    simulator time less on CI)."""
+    _check_mover_matches_one_warp(rng, "cpu", torch.float32, [(33, 70)], sums_tol=1e-6)
 
 
-def _check_tiled_matches_park(monkeypatch, rng, device, shapes, busy=None):
+def _check_tiled_matches_park(rng, device, shapes):
     """The fused float32 forward in mode tiled (its distances from its own third warp, one
     launch), with gradients (forced) and without, against the park kernel and the one-warp
     hilo forward (two launches): values and gradients bit for bit (the tile's float64
     distances are the park's, bit for bit), on fresh randn inputs of shapes (B, N, M, D), an
     upstream gradient other than ones."""
-    from sdtw.cuda import _launch
-
-    monkeypatch.setattr(_launch, "FORCE_BUSY", busy)
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
-    monkeypatch.setattr(_launch, "FORCE_MOVER", False)
+    counts = sdtw.cuda.launch_counts()
     for B, N, M, D in shapes:
         x = randn(rng, B, N, D, dtype=torch.float32, device=device)
         y = randn(rng, B, M, D, dtype=torch.float32, device=device)
         go = randn(rng, B, dtype=torch.float32, device=device)
         got = []
         for tiled in (False, True):
-            monkeypatch.setattr(_launch, "FORCE_TILED", tiled)
-            xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
-            before = _launch.launch_counts["forward"]
-            v = sdtw.softdtw(xs, ys, gamma=0.1, backend="cuda", fused=True)
-            assert _launch.launch_counts["forward"] - before == (1 if tiled else 2)
-            got.append((v, *torch.autograd.grad(v, (xs, ys), go)))
-            if tiled:  # without gradients: the same kernel, no weights kept
-                with torch.no_grad():
-                    v0 = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
-                assert torch.equal(v0, v), (B, N, M, D, "no-grad value")
+            with overrides(tiled=tiled, mover=False, backward_mover=False):
+                xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+                before = counts["forward"]
+                v = sdtw.softdtw(xs, ys, gamma=0.1, backend="cuda", fused=True)
+                assert counts["forward"] - before == (1 if tiled else 2)
+                got.append((v, *torch.autograd.grad(v, (xs, ys), go)))
+                if tiled:  # without gradients: the same kernel, no weights kept
+                    with torch.no_grad():
+                        v0 = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
+                    assert torch.equal(v0, v), (B, N, M, D, "no-grad value")
         for name, a, b in zip(("value", "gx", "gy"), *got, strict=True):
             assert torch.equal(a, b), (B, N, M, D, name)
 
 
 @requires_sim
 @pytest.mark.cudasim
-def test_sim_tiled_matches_park(monkeypatch, rng):
+def test_sim_tiled_matches_park(rng):
     """:func:`_check_tiled_matches_park` in the simulator: D with a tail pass (17, 40), a
     pass exactly (16), one feature; a one-row table; two bands, the second partial; M past
     a chunk boundary (two tiles)."""
     shapes = [(1, 5, 40, 17), (1, 33, 5, 40), (1, 1, 3, 16), (1, 3, 2, 1)]
-    _check_tiled_matches_park(monkeypatch, rng, "cpu", shapes)
+    _check_tiled_matches_park(rng, "cpu", shapes)
 
 
 @requires_gpu
 @pytest.mark.cuda
-@pytest.mark.parametrize("busy", [False, True])
-def test_gpu_tiled_matches_park(monkeypatch, rng, busy):
-    """:func:`_check_tiled_matches_park` on the GPU, busy and quiet: lengths around the chunk
-    and band boundaries, D around the passes of 16 features."""
+def test_gpu_tiled_matches_park(rng):
+    """:func:`_check_tiled_matches_park` on the GPU: lengths around the chunk and band
+    boundaries, D around the passes of 16 features."""
     shapes = [(2, 1, 1, 1), (3, 33, 31, 16), (2, 70, 97, 17), (2, 95, 160, 64), (1, 300, 257, 130)]
-    _check_tiled_matches_park(monkeypatch, rng, "cuda", shapes, busy)
+    _check_tiled_matches_park(rng, "cuda", shapes)
 
 
 @requires_gpu
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("busy", [False, True])
-def test_gpu_mover_matches_one_warp(monkeypatch, rng, dtype, busy):
-    """:func:`_check_mover_matches_one_warp` on the GPU, busy and quiet, at lengths around the
-    chunk and row-group boundaries."""
-    from sdtw.cuda import _launch
-
-    monkeypatch.setattr(_launch, "FORCE_BUSY", busy)
+def test_gpu_mover_matches_one_warp(rng, dtype):
+    """:func:`_check_mover_matches_one_warp` on the GPU at lengths around the chunk and
+    row-group boundaries."""
     shapes = [(1, 1), (8, 9), (33, 31), (70, 97), (95, 160)]
     tol = 1e-6 if dtype == torch.float32 else 1e-13
-    _check_mover_matches_one_warp(monkeypatch, rng, "cuda", dtype, shapes, sums_tol=tol)
+    _check_mover_matches_one_warp(rng, "cuda", dtype, shapes, sums_tol=tol)
 
 
 @requires_gpu
@@ -771,6 +732,7 @@ def test_sim_no_grad_stores_nothing(monkeypatch, rng, fused):
 
     stores = []
     forward = _launch.forward
+    counts = sdtw.cuda.launch_counts()
 
     def spy(*args, store):
         stores.append(store)
@@ -779,10 +741,10 @@ def test_sim_no_grad_stores_nothing(monkeypatch, rng, fused):
     monkeypatch.setattr(_launch, "forward", spy)
     x = randn(rng, 1, 6, 2).requires_grad_()
     y = randn(rng, 1, 5, 2).requires_grad_()
-    before = _launch.launch_counts["forward"]
+    before = counts["forward"]
     with torch.no_grad():
         v = sdtw.softdtw(x, y, backend="cuda", fused=fused)
-    assert stores == [False] and _launch.launch_counts["forward"] - before == (1 if fused else 2)
+    assert stores == [False] and counts["forward"] - before == (1 if fused else 2)
     assert not v.requires_grad
     assert rel_err(v, sdtw.softdtw(x.detach(), y.detach(), backend="cpu")) <= 1e-9
 
@@ -854,7 +816,7 @@ def test_gpu_default_rule_without_grad(rng):
 def test_sim_missing_jit_option_warns():
     """A ``cuda.jit`` option this numba-cuda lacks is dropped with a warning that says what
     it costs, once (no silent fallback)."""
-    from sdtw.cuda import _kernels as K
+    from sdtw.cuda.kernels import jit as K
 
     with pytest.warns(RuntimeWarning, match="no no_such_option; it costs this"):
         assert not K._has_jit_option("no_such_option", "it costs this")
@@ -1020,8 +982,6 @@ def test_gpu_library_graph_replays_match_eager(rng, lib_graphs, case):
     """Repeated calls of one shape: the first two run eagerly, the third captures a graph,
     later ones replay it; on fresh inputs each time, values and gradients (upstream gradient
     per pair) are the eager ones.  One graph is kept, and a replay counts its launches."""
-    from sdtw.cuda import _launch
-
     opts = dict(_GRAPH_CASES[case])
     dt = opts.pop("dtype", torch.float32)
     gx_on, gy_on = opts.pop("grad_x", True), opts.pop("grad_y", True)
@@ -1051,9 +1011,9 @@ def test_gpu_library_graph_replays_match_eager(rng, lib_graphs, case):
     keys = 3 if opts.get("normalize") else 1  # N != M: the xy, xx and yy terms
     for k in range(5):
         x, y = inputs()
-        n0 = sum(_launch.launch_counts.values())
+        n0 = sum(sdtw.cuda.launch_counts().values())
         got = run(x, y)
-        launched = sum(_launch.launch_counts.values()) - n0
+        launched = sum(sdtw.cuda.launch_counts().values()) - n0
         with lib_graphs.eager():
             expected = run(x, y)
         torch.cuda.synchronize()
@@ -1137,28 +1097,28 @@ def test_gpu_copy_into(rng, monkeypatch):
     """The replays' copy-in: one driver copy on the given stream for a contiguous source of
     the static input's dtype (after the source's producer on that stream), torch's ``copy_``
     for any other source (a converted dtype, a transposed layout)."""
-    from sdtw.cuda import _launch
+    from sdtw.cuda import _private
 
     calls = []
-    raw = _launch._driver_memcpy()
+    raw = _private._driver_memcpy()
     assert raw, "cuMemcpyDtoDAsync_v2 not found in libcuda"
 
     def counted(*args):
         calls.append(args)
         return raw(*args)
 
-    monkeypatch.setattr(_launch, "_driver_memcpy", lambda: counted)
+    monkeypatch.setattr(_private, "_driver_memcpy", lambda: counted)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     dst = torch.empty(7, 33, 5, device="cuda")
     with torch.cuda.stream(side):
         big = torch.randn(7 * 33 * 5, 4096, device="cuda")
         src = big.sum(1).view(7, 33, 5)  # its producer, queued on the side stream too
-        _launch.copy_into(dst, src, side.cuda_stream)
+        _private.copy_into(dst, src, side.cuda_stream)
         assert len(calls) == 1 and calls[0][3] == side.cuda_stream
         half = randn(rng, 7, 5, 33, device="cuda").half().transpose(1, 2)
         dst2 = torch.empty(7, 33, 5, device="cuda")
-        _launch.copy_into(dst2, half, side.cuda_stream)
+        _private.copy_into(dst2, half, side.cuda_stream)
         assert len(calls) == 1  # torch's copy_
     side.synchronize()
     assert torch.equal(dst, src) and torch.equal(dst2, half.float())
@@ -1172,9 +1132,9 @@ def test_graph_copy_node_parameters_layout():
     48; dstDevice at 136; WidthInBytes at 176)."""
     import ctypes
 
-    from sdtw.cuda import _launch
+    from sdtw.cuda import _private
 
-    M = _launch._Memcpy3D
+    M = _private._Memcpy3D
     assert ctypes.sizeof(M) == 200
     assert (M.srcDevice.offset, M.dstDevice.offset, M.WidthInBytes.offset) == (48, 136, 176)
 
@@ -1295,18 +1255,18 @@ def test_gpu_library_graph_copy_nodes_follow_the_inputs(rng, lib_graphs, monkeyp
     """The graph's own copy-in: re-pointed (one driver call per input) only when a call's x or
     y sits at another address than the last call's; the same tensors changed in place, fresh
     tensors, a float16 input (converted) and a transposed one all give the eager results."""
-    from sdtw.cuda import _launch
+    from sdtw.cuda import _private
 
     if not hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec"):
         pytest.skip("this torch's CUDAGraph cannot keep its CUgraph (keep_graph)")
     calls = []
-    raw = _launch._driver_set_copy()
+    raw = _private._driver_set_copy()
 
     def counted(*args):
         calls.append(args)
         return raw(*args)
 
-    monkeypatch.setattr(_launch, "_driver_set_copy", lambda: counted)
+    monkeypatch.setattr(_private, "_driver_set_copy", lambda: counted)
     B, N, M, D = 3, 37, 52, 5
     x = randn(rng, B, N, D, device="cuda").float()
     y = randn(rng, B, M, D, device="cuda").float()
@@ -1339,9 +1299,9 @@ def test_gpu_library_graph_without_copy_nodes(rng, lib_graphs, monkeypatch):
     """Where the graph's copy nodes cannot be found or re-pointed, the capture is made again
     without them (a warning says so once) and each call copies its inputs in before the
     replay: the eager results all the same, on fresh inputs each call."""
-    from sdtw.cuda import _launch
+    from sdtw.cuda import _private
 
-    monkeypatch.setattr(_launch, "copy_nodes", lambda *args: None)
+    monkeypatch.setattr(_private, "copy_nodes", lambda *args: None)
     monkeypatch.setattr(lib_graphs, "_warned_copy", False)
     B, N, M, D = 2, 33, 29, 4
 
@@ -1373,11 +1333,11 @@ def test_gpu_library_graph_when_repointing_fails(rng, lib_graphs, monkeypatch):
     CUDA_ERROR_INVALID_VALUE): both nodes are disabled, that call and the later ones copy
     their inputs in before the replay (a warning says so once), and the results stay the
     eager ones."""
-    from sdtw.cuda import _launch
+    from sdtw.cuda import _private
 
     if not hasattr(torch.cuda.CUDAGraph, "raw_cuda_graph_exec"):
         pytest.skip("this torch's CUDAGraph cannot keep its CUgraph (keep_graph)")
-    monkeypatch.setattr(_launch, "_driver_set_copy", lambda: lambda *args: 1)
+    monkeypatch.setattr(_private, "_driver_set_copy", lambda: lambda *args: 1)
     monkeypatch.setattr(lib_graphs, "_warned_point", False)
     B, N, M, D = 3, 21, 40, 5
     y = randn(rng, B, M, D, device="cuda").float()
@@ -1448,7 +1408,7 @@ def test_gpu_library_graph_lends_its_gradients(rng, lib_graphs):
 _CACHE_KEY_SCRIPT = """
 import sys
 from numba.core import types
-from sdtw.cuda import _kernels as K
+from sdtw.cuda.kernels import BackwardSpec, ForwardSpec, ParkSpec, registry as R
 
 
 class Codegen:
@@ -1457,10 +1417,12 @@ class Codegen:
 
 
 sig = (types.float32[::1], types.int64)
-print(K.DISK_CACHE, K.DISK_CACHE_PROBLEM)
-for d in (K.FORWARD[("fused", True, True, False)], K.BACKWARD[(True, True, True)], K.PARK32):
-    print(type(d._cache).__name__ if K.DISK_CACHE else "-", d._cache._index_key(sig, Codegen())
-          if K.DISK_CACHE else "")
+specs = (ForwardSpec("fused", True), BackwardSpec(True, True), ParkSpec(True))
+kernels = [R.get(s) for s in specs]
+print(R.DISK_CACHE, R.disk_cache_problem())
+for d in kernels:
+    print(type(d._cache).__name__ if R.DISK_CACHE else "-", d._cache._index_key(sig, Codegen())
+          if R.DISK_CACHE else "")
 """
 
 
@@ -1477,9 +1439,9 @@ def _run_kernels_script(script: str, **env) -> str:
 
 
 def test_kernel_disk_cache_keys_are_the_same_in_every_process(tmp_path):
-    """The kernels' on-disk cache keys (:func:`sdtw.cuda._kernels._cache_class`) come out the
+    """The kernels' on-disk cache keys (:func:`sdtw.cuda._private.variant_cache`) come out the
     same in two processes (numba-cuda's own key, a pickle of each kernel's closure, did not),
-    differ between kernel variants, and carry a digest of the kernels' source;
+    differ between kernel variants, and carry a digest of the kernel package's sources;
     ``SDTW_KERNEL_CACHE=0`` turns the cache off.  Needs no GPU (no kernel is compiled)."""
     first = _run_kernels_script(_CACHE_KEY_SCRIPT, NUMBA_CACHE_DIR=str(tmp_path))
     second = _run_kernels_script(_CACHE_KEY_SCRIPT, NUMBA_CACHE_DIR=str(tmp_path))
@@ -1488,20 +1450,16 @@ def test_kernel_disk_cache_keys_are_the_same_in_every_process(tmp_path):
     keys = lines[1:]
     assert len(keys) == 3 and len(set(keys)) == 3
     assert all(k.startswith("_VariantCache (") for k in keys)
-    import hashlib
+    from sdtw.cuda.kernels import registry
 
-    import sdtw.cuda._kernels as K
-
-    with open(K.__file__, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()
-    assert all(digest in k for k in keys)
+    digest = registry.source_digest()
+    assert len(digest) == 64 and all(digest in k for k in keys)
     off = _run_kernels_script(_CACHE_KEY_SCRIPT, SDTW_KERNEL_CACHE="0")
     assert off.splitlines()[0] == "False None"
 
 
 _CACHE_USE_SCRIPT = """
 import torch, sdtw
-from sdtw.cuda import _kernels as K
 
 sdtw.cuda.set_graphs(False)
 g = torch.Generator(device="cuda").manual_seed(7)
@@ -1515,7 +1473,7 @@ for fused in (True, False):
         w = sdtw.softdtw(x, y, gamma=0.1, fused=fused)
     out += [v, gx, gy, w]
 torch.cuda.synchronize()
-print(*K.cache_counts())
+print(*sdtw.cuda.cache_counts())
 print(repr([t.double().sum().item() for t in out]))
 """
 
@@ -1547,16 +1505,16 @@ def test_gpu_kernel_disk_cache_round_trip(tmp_path):
 
 def _check_sweep_grads(monkeypatch, rng, device, cases):
     """The gradients wrt x and y from the backward's own sweep (its gradient warp, E never
-    written; ``sdtw.cuda._launch.sweep_grads`` forced on) against the float64 reference from
-    x and y and against the gradients from E (forced off): fresh randn float32 inputs,
-    (B, N, M, D, gamma, bandwidth, normalize, fused) cases, an upstream gradient other than
-    ones.  Checks that the sweep's kernel ran (and only it: one backward launch per pass)."""
+    written; the rule forced on) against the float64 reference from x and y and against the
+    gradients from E (forced off): fresh randn float32 inputs, (B, N, M, D, gamma, bandwidth,
+    normalize, fused) cases, an upstream gradient other than ones.  Checks that the sweep's
+    kernel ran (and only it: one backward launch per pass)."""
     from sdtw.cuda import _launch
 
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
     calls = []
     real = _launch.backward_grads
     monkeypatch.setattr(_launch, "backward_grads", lambda *a: calls.append(1) or real(*a))
+    counts = sdtw.cuda.launch_counts()
     for B, N, M, D, gamma, bandwidth, normalize, fused in cases:
         x = randn(rng, B, N, D, dtype=torch.float32, device=device)
         y = randn(rng, B, M, D, dtype=torch.float32, device=device)
@@ -1567,14 +1525,14 @@ def _check_sweep_grads(monkeypatch, rng, device, cases):
         ref = (vr, *torch.autograd.grad(vr, (xr, yr), go.cpu().double()))
         got = {}
         for sweep in (True, False):
-            monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", sweep)
-            xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
-            n_calls, n_bwd = len(calls), _launch.launch_counts["backward"]
-            v = sdtw.softdtw(xs, ys, backend="cuda", fused=fused, **kw)
-            got[sweep] = (v, *torch.autograd.grad(v, (xs, ys), go))
+            with overrides(backward_mover=True, sweep_grads=sweep):
+                xs, ys = x.clone().requires_grad_(), y.clone().requires_grad_()
+                n_calls, n_bwd = len(calls), counts["backward"]
+                v = sdtw.softdtw(xs, ys, backend="cuda", fused=fused, **kw)
+                got[sweep] = (v, *torch.autograd.grad(v, (xs, ys), go))
             passes = 3 if normalize else 1
             assert len(calls) - n_calls == (passes if sweep else 0)
-            assert _launch.launch_counts["backward"] - n_bwd == passes
+            assert counts["backward"] - n_bwd == passes
         tol = TOL_COST32 if not fused else TOL[torch.float32]
         for k, name in enumerate(("value", "grad_x", "grad_y")):
             case = (B, N, M, D, gamma, bandwidth, normalize, fused, name)
@@ -1589,7 +1547,7 @@ def _check_sweep_grads(monkeypatch, rng, device, cases):
 def test_sim_sweep_grads_match_reference(monkeypatch, rng):
     """:func:`_check_sweep_grads` in the simulator (the gradient warp's twins compute each
     lane's outputs from the same tiles): N != M, lengths 1, one past the band and chunk size
-    (32), D from 1 to 40 (partial 8-feature tiles; every variant of :func:`sweep_tiles`;
+    (32), D from 1 to 16 (partial 8-feature tiles; every variant of :func:`sweep_tiles`;
     whole chunks with D a multiple of 8, g_y's paired reductions), band, normalize, fused
     and unfused."""
     _check_sweep_grads(
@@ -1602,8 +1560,8 @@ def test_sim_sweep_grads_match_reference(monkeypatch, rng):
             (1, 33, 40, 9, 0.01, 4, False, True),
             (2, 1, 33, 1, 1e-3, None, False, False),
             (1, 33, 1, 2, 0.1, None, True, True),
-            (1, 3, 5, 17, 0.1, None, False, True),
-            (2, 4, 3, 40, 1.0, 2, False, True),
+            (1, 3, 5, 15, 0.1, None, False, True),
+            (2, 4, 3, 16, 1.0, 2, False, True),
             (1, 1, 40, 8, 0.1, None, False, True),  # a whole chunk, D = 8 nt: gy_out_full
         ],
     )
@@ -1611,15 +1569,11 @@ def test_sim_sweep_grads_match_reference(monkeypatch, rng):
 
 @requires_gpu
 @pytest.mark.cuda
-@pytest.mark.parametrize("busy", [True, False])
-def test_gpu_sweep_grads_match_reference(monkeypatch, rng, busy):
-    """:func:`_check_sweep_grads` on the GPU (the tensor-core fragments), both handoff
-    variants: shapes past every tile (32 rows, 32 positions, 8 features), N != M, D up to
-    64 (each variant of :func:`sweep_tiles`, full and partial), all gammas of the issue,
-    band, normalize, fused and unfused."""
-    from sdtw.cuda import _launch
-
-    monkeypatch.setattr(_launch, "FORCE_BUSY", busy)
+def test_gpu_sweep_grads_match_reference(monkeypatch, rng):
+    """:func:`_check_sweep_grads` on the GPU (the tensor-core fragments): shapes past every
+    tile (32 rows, 32 positions, 8 features), N != M, D up to 16 (each variant of
+    :func:`sweep_tiles`, full and partial), all gammas of the issue, band, normalize, fused and
+    unfused."""
     _check_sweep_grads(
         monkeypatch,
         rng,
@@ -1628,15 +1582,14 @@ def test_gpu_sweep_grads_match_reference(monkeypatch, rng, busy):
             (3, 77, 1025, 5, 0.1, None, True, True),
             (2, 1, 300, 3, 1.0, None, False, True),
             (2, 513, 31, 7, 0.01, 40, True, True),
-            (1, 1000, 1001, 64, 1e-3, 5, False, True),
+            (1, 1000, 1001, 16, 1e-3, 5, False, True),
             (5, 33, 65, 1, 1.0, None, False, False),
-            (2, 64, 64, 63, 1e-4, None, False, True),
-            (4, 512, 512, 64, 1.0, None, False, False),
+            (2, 64, 64, 15, 1e-4, None, False, True),
+            (4, 512, 512, 16, 1.0, None, False, False),
             (2, 100, 97, 12, 0.1, None, False, True),
             (2, 65, 129, 16, 0.01, None, True, True),
-            (2, 96, 50, 24, 1.0, 7, False, True),
-            (1, 40, 41, 32, 0.1, None, False, False),
-            (2, 70, 33, 33, 1e-3, None, False, True),
+            (2, 96, 50, 8, 1.0, 7, False, True),
+            (1, 40, 41, 9, 0.1, None, False, False),
         ],
     )
 
@@ -1644,61 +1597,45 @@ def test_gpu_sweep_grads_match_reference(monkeypatch, rng, busy):
 @requires_gpu
 @pytest.mark.cuda
 @pytest.mark.parametrize("gamma", GAMMAS)
-def test_gpu_sweep_grads_paper_case(monkeypatch, rng, gamma):
-    """The issue's accuracy case (B = 4, N = M = 512, D = 64, float32, randn) with the
-    gradients from the sweep: values and both gradients within 1e-4 of float64."""
-    from sdtw.cuda import _launch
-
-    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", True)
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
-    x = randn(rng, 4, 512, 64, dtype=torch.float32, device="cuda").requires_grad_()
-    y = randn(rng, 4, 512, 64, dtype=torch.float32, device="cuda").requires_grad_()
+def test_gpu_sweep_grads_paper_case(rng, gamma):
+    """The issue's accuracy case (B = 4, N = M = 512, float32, randn) at D = 16, the largest
+    with the gradients from the sweep: values and both gradients within 1e-4 of float64."""
+    x = randn(rng, 4, 512, 16, dtype=torch.float32, device="cuda").requires_grad_()
+    y = randn(rng, 4, 512, 16, dtype=torch.float32, device="cuda").requires_grad_()
     go = randn(rng, 4, dtype=torch.float32, device="cuda")
     xr, yr = (t.detach().cpu().double().requires_grad_() for t in (x, y))
     vr = sdtw.softdtw(xr, yr, gamma=gamma, backend="cpu")
-    v = sdtw.softdtw(x, y, gamma=gamma, fused=True, backend="cuda")
-    out = (v, *torch.autograd.grad(v, (x, y), go))
+    with overrides(sweep_grads=True, backward_mover=True):
+        v = sdtw.softdtw(x, y, gamma=gamma, fused=True, backend="cuda")
+        out = (v, *torch.autograd.grad(v, (x, y), go))
     ref = (vr, *torch.autograd.grad(vr, (xr, yr), go.cpu().double()))
     for a, b in zip(out, ref, strict=True):
         assert rel_err(a, b) <= 1e-4
 
 
-def test_sweep_grads_rule(monkeypatch):
-    """Which eager gradients come from the sweep: by default float32 with D <= 16 where the
-    backward takes its mover variant; forced on, up to D = 64; forced off, none; never
-    float64 or D > 64, nor without the mover variant."""
-    from sdtw.cuda import _launch
+def test_sweep_grads_rule():
+    """Which eager gradients come from the sweep: float32 with D <= 16 where the backward
+    takes its mover variant (on a GPU, or forced); forced off, none; never float64 or
+    D > 16, nor without the mover variant."""
+    from sdtw.cuda import policy as R
 
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", True)
-    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", None)
-    f32 = torch.empty(2, 3, 64)
-    assert [_launch.sweep_grads(torch.empty(2, 3, d)) for d in (1, 16, 17, 64)] == [
-        True,
-        True,
-        False,
-        False,
-    ]
-    assert not _launch.sweep_grads(torch.empty(2, 3, 16, dtype=torch.float64))
-    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", True)
-    assert _launch.sweep_grads(f32)
-    assert not _launch.sweep_grads(torch.empty(2, 3, 65))
-    assert not _launch.sweep_grads(f32.double())
-    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", False)
-    assert not _launch.sweep_grads(torch.empty(2, 3, 1))
-    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", True)
-    monkeypatch.setattr(_launch, "FORCE_BACKWARD_MOVER", False)
-    assert not _launch.sweep_grads(f32)
-    monkeypatch.setattr(_launch, "FORCE_SWEEP_GRADS", None)
-    assert not _launch.sweep_grads(torch.empty(2, 3, 1))
+    assert [R.sweep_grads(True, d, False) for d in (1, 16, 17, 64)] == [True, True, False, False]
+    assert not R.sweep_grads(False, 16, False) and not R.sweep_grads(True, 1, True)
+    with overrides(backward_mover=True):
+        assert R.sweep_grads(True, 16, True) and not R.sweep_grads(True, 17, True)
+        with overrides(sweep_grads=False):
+            assert not R.sweep_grads(True, 1, True)
+    with overrides(sweep_grads=True, backward_mover=False):
+        assert not R.sweep_grads(True, 1, False)
 
 
 def test_sweep_tiles():
     """The gradient warp's variant for D features: the fewest feature tiles of 8 among
-    ``SWEEP_TILES`` that hold them (D = 1 does the products of one tile, not of four)."""
-    from sdtw.cuda import _kernels as K
+    ``SWEEP_TILES`` that hold them (D = 1 does the products of one tile, not of two)."""
+    from sdtw.cuda.kernels import geometry as K
 
-    got = {D: K.sweep_tiles(D) for D in (1, 8, 9, 16, 17, 32, 33, 64)}
-    assert got == {1: 1, 8: 1, 9: 2, 16: 2, 17: 4, 32: 4, 33: 8, 64: 8}
+    got = {D: K.sweep_tiles(D) for D in (1, 8, 9, 16)}
+    assert got == {1: 1, 8: 1, 9: 2, 16: 2}
     assert K.SWEEP_TILES[-1] * 8 == K.SWEEP_MAX_D
 
 
@@ -1707,17 +1644,17 @@ def test_sim_async_copies_land_at_their_wait():
     the hardware may land them: a read of the staged row before its wait sees the old
     contents (so the simulator tests fail where a wait is missing), and after it the source's
     values, read at issue."""
-    from sdtw.cuda import _kernels as K
+    from sdtw.cuda.kernels import sim as K
 
     S = np.zeros(8, dtype=np.float32)
     A = np.arange(10, 18, dtype=np.float32)
-    K._cp_async_sim(S, 0, A, 3)
-    K._cp_async4_sim(S, 4, A, 4)
+    K.cp_async(S, 0, A, 3)
+    K.cp_async4(S, 4, A, 4)
     assert not S.any()
-    K._cp_wait_sim()
+    K.cp_wait()
     assert S.tolist() == [13, 0, 0, 0, 14, 15, 16, 17]
     S[:] = 0
-    K._cp_wait_sim()  # (nothing pending any more)
+    K.cp_wait()  # (nothing pending any more)
     assert not S.any()
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sdtw._band import band_mask
+from sdtw.band import sakoe_chiba_mask as band_mask
 from sdtw.reference import reference_backward, reference_forward, softdtw_reference
 from tests.oracles import brute_force, dtw
 

@@ -8,6 +8,8 @@ check the 3xTF32 products themselves, and the fused training step takes this pat
 
 from __future__ import annotations
 
+import dataclasses
+import types
 import warnings
 
 import pytest
@@ -15,6 +17,7 @@ import torch
 
 import sdtw
 from sdtw._sqeuclidean import sqeuclidean_grads
+from sdtw.cuda.config import overrides
 from tests.conftest import TRITON_INTERPRETED, randn, rel_err, requires_gpu
 
 # N != M, length 1, odd, past the 64-row and 32-step tiles; D below, at and past the
@@ -82,27 +85,35 @@ def test_interpreted_kernel_matches_float64(rng, shape):
 
 
 def test_taken_for_float32_cuda_only(monkeypatch):
-    from sdtw.cuda import _tc_grads
+    """The size rule (:func:`sdtw.cuda.policy.tc_grads`), then the checks of the eager path:
+    float32 CUDA tensors, the setting on, Triton installed; an override forces it either
+    way."""
+    from sdtw.cuda import _tc_grads, policy
+    from sdtw.cuda.config import CONFIG, overrides
 
-    monkeypatch.setattr(_tc_grads, "available", lambda: True)
-    x = torch.empty(2, 512, 72, device="meta")
-    monkeypatch.setattr(_tc_grads, "_wanted", lambda dev, dt: True)
-    assert _tc_grads.wanted(x, 512)
-    assert not _tc_grads.wanted(x[:, :256], 1020)  # N M below MIN_CELLS
-    assert not _tc_grads.wanted(x, 514)  # M not a multiple of 4
+    assert policy.tc_grads(2, 512, 512, 72)
+    assert not policy.tc_grads(2, 256, 1020, 72)  # N M below TC_MIN_CELLS
+    assert not policy.tc_grads(2, 512, 514, 72)  # M not a multiple of 4
     for D, taken in [(1, False), (2, True), (5, True), (15, True), (16, True), (17, False),
                      (24, True), (33, False), (63, False), (65, False), (72, True)]:  # fmt: skip
-        assert _tc_grads.wanted(x[:, :, :D], 512) is taken, D
-        assert _tc_grads.fast_d(D) is taken, D
-    tall = torch.empty(_tc_grads.MAX_B + 1, 512, 64, device="meta")
-    assert not _tc_grads.wanted(tall, 512)  # more pairs than the grid takes
-    monkeypatch.undo()
+        assert policy.tc_grads(2, 512, 512, D) is taken, D
+        assert policy.tc_fast_d(D) is taken, D
+    assert not policy.tc_grads(policy.TC_MAX_B + 1, 512, 512, 64)  # more pairs than the grid
+    with overrides(tc_grads=False):
+        assert not policy.tc_grads(2, 512, 512, 72)
+    with overrides(tc_grads=True):
+        assert policy.tc_grads(2, 512, 514, 1)
     monkeypatch.setattr(_tc_grads, "available", lambda: True)
-    assert _tc_grads._wanted("cuda", torch.float32)
-    assert not _tc_grads._wanted("cuda", torch.float64)
-    assert not _tc_grads._wanted("cpu", torch.float32)
-    monkeypatch.setattr(_tc_grads, "ENABLED", False)
-    assert not _tc_grads._wanted("cuda", torch.float32)
+
+    def inputs(device="cuda", dtype=torch.float32, D=64):  # (what wanted() reads of x)
+        return types.SimpleNamespace(shape=(2, 512, D), device=torch.device(device), dtype=dtype)
+
+    assert _tc_grads.wanted(inputs(), 512)
+    assert not _tc_grads.wanted(inputs(D=1), 512)  # the size rule
+    assert not _tc_grads.wanted(inputs("cpu"), 512)
+    assert not _tc_grads.wanted(inputs(dtype=torch.float64), 512)
+    monkeypatch.setattr(_tc_grads, "CONFIG", dataclasses.replace(CONFIG, tc_grads=False))
+    assert not _tc_grads.wanted(inputs(), 512)  # SDTW_TC_GRADS=0
 
 
 def test_warns_once_without_triton(monkeypatch):
@@ -111,10 +122,10 @@ def test_warns_once_without_triton(monkeypatch):
     monkeypatch.setattr(_tc_grads, "available", lambda: False)
     monkeypatch.setattr(_tc_grads, "_warned", False)
     with pytest.warns(RuntimeWarning, match="Triton is not installed"):
-        assert not _tc_grads._wanted("cuda", torch.float32)
+        assert not _tc_grads._triton_or_warn()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert not _tc_grads._wanted("cuda", torch.float32)  # once only
+        assert not _tc_grads._triton_or_warn()  # once only
 
 
 @pytest.mark.cuda
@@ -144,15 +155,15 @@ def test_gpu_fused_step_takes_it(rng, monkeypatch):
     v = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
     got = torch.autograd.grad(v, (x, y), go)
     assert calls
-    monkeypatch.setattr(_tc_grads, "ENABLED", False)
-    v2 = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
-    want = torch.autograd.grad(v2, (x, y), go)
+    with overrides(tc_grads=False):
+        v2 = sdtw.softdtw(x, y, gamma=0.1, backend="cuda", fused=True)
+        want = torch.autograd.grad(v2, (x, y), go)
     assert len(calls) == 1 and torch.equal(v, v2)
     for a, b in zip(got, want, strict=True):
         assert rel_err(a, b) <= 2e-6
 
 
-def test_quantum_marks_multiples_of_four_only(monkeypatch):
+def test_quantum_marks_multiples_of_four_only():
     """D or a stride that is a multiple of 4 but not of 16 goes to the kernel divided by 4
     (and is multiplied back there by the constant 4); the rest as they are, since Triton
     specialises on multiples of 16 itself.  SHAPES' last two take both forms."""
@@ -161,17 +172,15 @@ def test_quantum_marks_multiples_of_four_only(monkeypatch):
     assert [_tc_grads._quantum(i) for i in (1, 2, 3, 4, 8, 12, 16, 20, 24, 32, 64, 120)] == [
         1, 1, 1, 4, 4, 4, 1, 4, 4, 1, 1, 4,
     ]  # fmt: skip
-    monkeypatch.setattr(_tc_grads, "ALIGN", False)
-    assert _tc_grads._quantum(24) == 1
 
 
 @pytest.mark.parametrize(
     "device", ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, requires_gpu])]
 )
-def test_one_launch_equals_two(rng, monkeypatch, device):
-    """Both gradients in one launch (``ONE_LAUNCH_CELLS``, each program one role by its row
-    block) give the bits of one launch per gradient; shapes with N != M and more row blocks
-    of one gradient than of the other."""
+def test_one_launch_equals_two(rng, device):
+    """Both gradients in one launch (:func:`sdtw.cuda.policy.tc_one_launch`, each program one
+    role by its row block) give the bits of one launch per gradient; shapes with N != M and
+    more row blocks of one gradient than of the other."""
     pytest.importorskip("triton")
     if device == "cpu" and not TRITON_INTERPRETED:
         pytest.skip("needs TRITON_INTERPRET=1 (no GPU)")
@@ -182,9 +191,9 @@ def test_one_launch_equals_two(rng, monkeypatch, device):
         shapes.append((3, 512, 260, 64))
     for shape in shapes:
         inputs = _inputs(rng, *shape, device)
-        monkeypatch.setattr(_tc_grads, "ONE_LAUNCH_CELLS", 1 << 40)
-        one = _tc_grads.sqeuclidean_grads_tc(*inputs)
-        monkeypatch.setattr(_tc_grads, "ONE_LAUNCH_CELLS", 0)
-        two = _tc_grads.sqeuclidean_grads_tc(*inputs)
+        with overrides(tc_one_launch=True):
+            one = _tc_grads.sqeuclidean_grads_tc(*inputs)
+        with overrides(tc_one_launch=False):
+            two = _tc_grads.sqeuclidean_grads_tc(*inputs)
         for a, b in zip(one, two, strict=True):
             assert torch.equal(a, b), shape

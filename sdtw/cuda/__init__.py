@@ -16,9 +16,10 @@ a small call from x and y repeated with the same shapes replays a graph of its o
 
 Each kernel compiles the first time a process uses it (several seconds; a training step uses
 three) and is then kept on disk by numba-cuda's kernel cache, keyed by the kernel's variant and
-a digest of its source, so later processes load it in milliseconds
-(:data:`sdtw.cuda._kernels.DISK_CACHE`; ``SDTW_KERNEL_CACHE=0`` turns it off, ``NUMBA_CACHE_DIR``
-moves it; off under the simulator).
+a digest of the kernel package, so later processes load it in milliseconds
+(:mod:`sdtw.cuda.kernels.registry`; ``SDTW_KERNEL_CACHE=0`` turns it off, ``NUMBA_CACHE_DIR``
+moves it; off under the simulator).  The switches are read once (:mod:`sdtw.cuda.config`);
+which kernel variant a call takes is :mod:`sdtw.cuda.policy`.
 
 From x and y, a forward with gradients enabled also runs the backward (upstream gradient 1)
 and keeps only the gradients wrt x and y, O((N + M) D) per pair; autograd's backward then
@@ -67,11 +68,11 @@ unfused from x and y, three likewise (:func:`sqeuclidean_cost`'s park kernel wri
 cost, then the DP forward and backward); from a cost tensor, one in the forward and one in
 the backward.  The DP kernels run one warp per band of 32 rows; the fused float32 forward with
 gradients and the backward a second warp per band as well, that stages the
-distances or weights and writes the weights or E out (:func:`sdtw.cuda._launch.mover`,
-:func:`sdtw.cuda._launch.backward_mover`; the same results, bit for bit but for the rounding
+distances or weights and writes the weights or E out (:func:`sdtw.cuda.policy.forward_mover`,
+:func:`sdtw.cuda.policy.backward_mover`; the same results, bit for bit but for the rounding
 order of E's column sums on partial bands); the fused float32 forward without gradients
 has that second warp and a third that computes the distances
-(:func:`sdtw.cuda._launch.tiled`).
+(:func:`sdtw.cuda.policy.tiled`).
 """
 
 from __future__ import annotations
@@ -80,15 +81,21 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from sdtw._sqeuclidean import sqeuclidean_grads
-from sdtw.cuda import _graphs, _tc_grads
+from sdtw.cuda import _graphs, _private, _tc_grads, config, policy
 from sdtw.cuda._graphs import clear_graphs, graphs_enabled, set_graphs
+from sdtw.cuda.config import CONFIG
 
 __all__ = [
+    "cache_counts",
     "clear_graphs",
+    "config",
     "cost_fits",
     "cuda_usable",
     "graphs_enabled",
+    "import_numba_cuda",
+    "launch_counts",
     "needs_grad",
+    "policy",
     "set_graphs",
     "simulator_enabled",
     "softdtw_cost",
@@ -98,9 +105,33 @@ __all__ = [
 
 
 def simulator_enabled() -> bool:
-    import os
+    """Whether Numba's CPU simulator runs the kernels (``NUMBA_ENABLE_CUDASIM=1``)."""
+    return CONFIG.simulator
 
-    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+def import_numba_cuda():
+    """``numba.cuda``, imported after the compatibility shims it needs (numpy 2.5 removed an
+    alias that numba-cuda still registers an overload for): what code beside the library that
+    writes its own Numba CUDA kernels (the baselines) should import it through."""
+    from sdtw._compat import patch_numpy_for_numba
+
+    patch_numpy_for_numba()
+    from numba import cuda
+
+    return cuda
+
+
+def launch_counts():
+    """The Numba kernel launches made so far in this process, by kind (``"forward"``,
+    ``"backward"``): a ``collections.Counter`` that the benchmark reads around a step."""
+    return _launcher_module().launch_counts
+
+
+def cache_counts() -> tuple[int, int]:
+    """The on-disk kernel cache's hits and misses in this process so far."""
+    from sdtw.cuda.kernels import registry
+
+    return registry.cache_counts()
 
 
 _usable: tuple[bool, str] | None = None
@@ -159,7 +190,7 @@ def _kernel_dtype(t: torch.Tensor) -> torch.Tensor:
 
 def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``t.to(dtype)``, without the call where the dtype matches (every torch call costs host
-    time on each step, and the H200 machine's host is slow at them: ``probe-dev.txt``)."""
+    time on each step, and the H200 machine's host is slow at them)."""
     return t if t.dtype == dtype else t.to(dtype)
 
 
@@ -217,11 +248,9 @@ def _eager_grads(
     under ``torch.no_grad()``).
 
     float32 with ``D <= 16`` on a GPU: the gradients come from the backward kernel's own
-    sweep, E never written (:func:`sdtw.cuda._launch.sweep_grads`; ``SDTW_SWEEP_GRADS=0`` /
-    ``1`` turns that off, or on up to ``D = 64``, where it measured slower).  Otherwise from
-    E: float32 with ``N M >= 512^2``, M a multiple of 4 and D from 2 to 15 or a multiple of
-    4 one Triton kernel each on the tensor cores (3xTF32, :mod:`sdtw.cuda._tc_grads`,
-    :func:`~sdtw.cuda._tc_grads.wanted`), else cuBLAS
+    sweep, E never written (:func:`sdtw.cuda.policy.sweep_grads`).  Otherwise from E: float32
+    where :func:`sdtw.cuda.policy.tc_grads` takes it, by a Triton kernel on the tensor cores
+    (3xTF32, :mod:`sdtw.cuda._tc_grads`), else cuBLAS
     (:func:`sdtw._sqeuclidean.sqeuclidean_grads`)."""
     _launch = _launcher_module()
     if _launch.sweep_grads(x):
@@ -251,18 +280,6 @@ def _scaled_grads(ctx, grad_out: torch.Tensor) -> tuple:
     )
 
 
-_top_hooks = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-
-
-def _saved_tensor_hooks() -> bool:
-    """Whether saved tensors pass through hooks now (``torch.autograd.graph.saved_tensors_hooks``:
-    ``save_on_cpu``, non-reentrant checkpointing; or a torch that cannot tell).  The hooks
-    may drop a saved tensor at once and keep something else, so a lease's token would not
-    say when the node is done: such a lease stays unbound, and the next replay copies its
-    gradients out (as for two calls before one backward)."""
-    return _top_hooks is None or _top_hooks(False) is not None
-
-
 class _PairFunction(torch.autograd.Function):
     """Squared-Euclidean soft-DTW of x, y with gradients: attaches the values and the eager
     gradients (computed before ``apply``, see :func:`softdtw_sqeuclidean`) to the graph; its
@@ -273,7 +290,10 @@ class _PairFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, y: torch.Tensor, done: tuple):
         out, ctx.grads = done
-        if not isinstance(ctx.grads, tuple) and not _saved_tensor_hooks():
+        # Saved-tensor hooks may drop a saved tensor at once and keep something else, so a
+        # lease's token would not say when the node is done: such a lease stays unbound, and
+        # the next replay copies its gradients out (as for two calls before one backward).
+        if not isinstance(ctx.grads, tuple) and not _private.saved_tensor_hooks():
             token = torch.empty(0)
             ctx.save_for_backward(token)
             ctx.grads.bind(token)
@@ -294,11 +314,12 @@ def needs_grad(*ts: torch.Tensor) -> bool:
 
 def cost_fits(B: int, N: int, M: int, dtype: torch.dtype, device: torch.device) -> bool:
     """Whether a (B, N, M) cost tensor takes at most a quarter of the device's free memory (the
-    ``fused=None`` rule for a forward without gradients; always true under the simulator)."""
+    ``fused=None`` rule for a forward without gradients, :func:`sdtw.cuda.policy.fused_default`;
+    always true under the simulator)."""
     if device.type != "cuda":
         return True
     free, _ = torch.cuda.mem_get_info(device)
-    return B * N * M * torch.finfo(dtype).bits // 8 <= free // 4
+    return not policy.fused_default(False, B * N * M * torch.finfo(dtype).bits // 8, free)
 
 
 def sqeuclidean_cost(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -9,12 +9,12 @@ same *key* has run eagerly :data:`CAPTURE_AFTER` times, and from then on a call 
 replays the graph.
 
 Inputs: the graph's first two nodes copy x and y into its static inputs.  A call re-points
-them at its own x and y (:class:`sdtw.cuda._launch.CopyNode`, one driver call each, made only
+them at its own x and y (:class:`sdtw.cuda._private.CopyNode`, one driver call each, made only
 where the address differs from the last call's: a training loop whose caching allocator hands
 out the same addresses each step makes none), so the replay itself is the call's first GPU
 work.  Where torch cannot keep the graph's ``CUgraph`` (``CUDAGraph(keep_graph=True)``) or the
 driver cannot re-point its copies, the inputs are copied in before each replay instead
-(:func:`sdtw.cuda._launch.copy_into`, a driver copy each; a warning says so once); likewise,
+(:func:`sdtw.cuda._private.copy_into`, a driver copy each; a warning says so once); likewise,
 with the two nodes disabled, for a graph whose re-pointing the driver refuses at a call.
 
 Outputs: the values are cloned.  The gradients stay in the graph's static buffers, lent to
@@ -28,7 +28,8 @@ those of the same kernels run eagerly.
 
 The key is everything the captured work depends on: the shapes and dtypes of x and y, their
 device and torch's current stream there, gamma, the band, fused or not, which gradients are
-needed, autocast and inference mode on or off, and the kernels' forced variants.
+needed, autocast and inference mode on or off, and the overrides of the tuning rules in force
+(:func:`sdtw.cuda.config.overrides`).
 
 What is kept: each graph holds its own memory pool, the call's peak (the weights buffer, 8 N M
 bytes per pair for float32 inputs, the boundary rows and the gradients), between calls.  So only
@@ -42,7 +43,8 @@ records the eager kernels instead), and the cost-tensor path (``softdtw_from_cos
 and its lazy gradient are (B, N, M), so copies in and out would cost a pass each).  A capture
 that fails warns once and leaves that key eager.
 
-``SDTW_CUDA_GRAPHS=0`` in the environment, or ``sdtw.cuda.set_graphs(False)``, turns it off;
+``SDTW_CUDA_GRAPHS=0`` in the environment (:mod:`sdtw.cuda.config`), or
+``sdtw.cuda.set_graphs(False)``, turns it off;
 ``sdtw.cuda.clear_graphs()`` frees the kept graphs.  A caller that captures whole steps itself may
 want it off: the library's graph, captured during that caller's eager warm-up steps, would
 keep its pool for nothing.
@@ -50,7 +52,6 @@ keep its pool for nothing.
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
 import weakref
@@ -58,6 +59,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
+
+from sdtw.cuda import _private
+from sdtw.cuda.config import CONFIG, current_overrides
 
 __all__ = [
     "BUDGET_CELLS",
@@ -80,7 +84,7 @@ MAX_GRAPHS = 8
 #: Eager calls of a key before the next one is captured.
 CAPTURE_AFTER = 2
 
-_enabled = os.environ.get("SDTW_CUDA_GRAPHS", "1") != "0"
+_enabled = CONFIG.graphs
 _max_cells = MAX_CELLS
 _lock = threading.Lock()
 _graphs: OrderedDict[tuple, _Graph | None] = OrderedDict()  # None: capture failed, eager
@@ -89,9 +93,6 @@ _side: dict[int, torch.cuda.Stream] = {}
 _warned = False
 _warned_copy = False
 _warned_point = False
-
-#: torch's raw current-stream query (one C call), where this torch has it.
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _cuda_autocast() -> bool:
@@ -185,7 +186,7 @@ class _Graph:
     """One captured call: static inputs, the graph, static outputs, and the Numba launches
     the graph replays (added to :data:`sdtw.cuda._launch.launch_counts` at each replay).
     ``nodes``: the graph's own copy-in of x and y (memcpy nodes pointed at each call's inputs,
-    :class:`sdtw.cuda._launch.CopyNode`), or None: the inputs are copied in before each
+    :class:`sdtw.cuda._private.CopyNode`), or None: the inputs are copied in before each
     replay."""
 
     __slots__ = (
@@ -220,8 +221,8 @@ class _Graph:
                 except RuntimeError as exc:
                     self._copies_instead(exc)
             if self.nodes is None:
-                L.copy_into(self.x, x, stream)
-                L.copy_into(self.y, y, stream)
+                _private.copy_into(self.x, x, stream)
+                _private.copy_into(self.y, y, stream)
             lease = self.pending() if self.pending is not None else None
             if lease is not None:
                 lease.settle()
@@ -268,19 +269,10 @@ def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
     if B * N * y.shape[1] > _max_cells or torch.cuda.is_current_stream_capturing():
         return None
     dev = x.get_device()
-    stream = (
-        _raw_stream(dev) if _raw_stream is not None else torch.cuda.current_stream(dev).cuda_stream
-    )
-    # autocast, and inference mode (whose static tensors a call outside it could not write)
-    L = _launch()
-    modes = (
-        _cuda_autocast(),
-        torch.is_inference_mode_enabled(),
-        L.FORCE_BUSY,
-        L.FORCE_MOVER,
-        L.FORCE_BACKWARD_MOVER,
-        L.FORCE_SWEEP_GRADS,
-    )
+    stream = _private.current_stream_ptr(dev)
+    # autocast, inference mode (whose static tensors a call outside it could not write), and
+    # the overrides of the tuning rules (another variant is another graph)
+    modes = (_cuda_autocast(), torch.is_inference_mode_enabled(), current_overrides().key())
     return (x.shape, y.shape, x.dtype, y.dtype, dev, stream, params, modes)
 
 
@@ -337,19 +329,18 @@ def _new_graph(keep: bool) -> tuple[torch.cuda.CUDAGraph, bool]:
 def _record(side, x, y, sx, sy, compute: Compute, copy_in: bool) -> tuple:
     """Capture ``compute(sx, sy)`` on stream ``side``, preceded where ``copy_in`` (and where
     torch keeps the graph's ``CUgraph``) by the copies of x, y into sx, sy as memcpy nodes,
-    then found in the instantiated graph (:func:`sdtw.cuda._launch.copy_nodes`): (graph,
+    then found in the instantiated graph (:func:`sdtw.cuda._private.copy_nodes`): (graph,
     outputs, copy nodes or None, whether the graph holds copies)."""
-    L = _launch()
     graph, copy_in = _new_graph(copy_in)
     with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
         if copy_in:
-            L.copy_into(sx, _source(x, sx.dtype), side.cuda_stream)
-            L.copy_into(sy, _source(y, sy.dtype), side.cuda_stream)
+            _private.copy_into(sx, _source(x, sx.dtype), side.cuda_stream)
+            _private.copy_into(sy, _source(y, sy.dtype), side.cuda_stream)
         outs = compute(sx, sy)
     if not copy_in:
         return graph, outs, None, False
     graph.instantiate()
-    nodes = L.copy_nodes(
+    nodes = _private.copy_nodes(
         graph.raw_cuda_graph(), graph.raw_cuda_graph_exec(), (sx.data_ptr(), sy.data_ptr())
     )
     return graph, outs, nodes, True

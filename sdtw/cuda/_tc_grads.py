@@ -8,45 +8,40 @@ For float32 inputs the eager gradients of :func:`sdtw.cuda._eager_grads` are
 with E (B, N, M) the expected alignment (the backward kernel's, in the weights buffer ``P``)
 and its row and column sums from the same kernel.  One Triton launch computes both gradients up
 to ``B N M = 2^24`` cells (its programs split between them by row block,
-:data:`ONE_LAUNCH_CELLS`), one launch each above, each product on the TF32
-tensor cores with the 3xTF32 split (``tl.dot(...,
-input_precision="tf32x3")``: each operand as a TF32 high part plus a TF32 remainder, three
-products, float32 accumulation; about float32's accuracy) and the ``2 (s a - product)``
-epilogue in registers, one pass over E per gradient and no temporary.
+:func:`sdtw.cuda.policy.tc_one_launch`), one launch each above, each product on the TF32 tensor
+cores with the 3xTF32 split (``tl.dot(..., input_precision="tf32x3")``: each operand as a TF32
+high part plus a TF32 remainder, three products, float32 accumulation; about float32's
+accuracy) and the ``2 (s a - product)`` epilogue in registers, one pass over E per gradient and
+no temporary.
 
-On the H200 (``python -m experiments.probe --gradsizes``, run 117 of ``probe-dev.txt``, both
-gradients from a random E, GPU time) it takes 60 us against 79 for cuBLAS's float32 form
+On the H200 it takes 60 us against 79 for cuBLAS's float32 form
 (:func:`sdtw._sqeuclidean.sqeuclidean_grads`: ``torch.baddbmm`` without tensor cores, and a
 broadcast multiply) at B = 32, N = M = 512, D = 64, and 656 against 829 at N = 2048; errors
-against float64 3.6e-8 and 4.1e-8.  With D = 1, or at N = M = 128, cuBLAS measured faster,
-so :func:`wanted` takes this kernel only where ``N M >= MIN_CELLS`` and D and M suit it
-(:data:`MIN_D`: D = 2 .. 15 or a multiple of 4, M a multiple of 4; at D = 32 a training
-step at B = 32, N = 512 took 442 us against 474 with cuBLAS, run 154).
+against float64 3.6e-8 and 4.1e-8.  Where it is taken is :func:`sdtw.cuda.policy.tc_grads`;
 ``SDTW_TC_GRADS=0`` turns it off everywhere; without Triton the backend warns once and takes
 cuBLAS's form.
 
-Tiles (:func:`_settings`): ``BR`` = 128 output rows (of x for g_x, of y for g_y) by ``BD``
-features (16 .. 64, a power of two; more features are more programs) per program, the
+Tiles (:func:`sdtw.cuda.policy.tc_settings`): ``BR`` = 128 output rows (of x for g_x, of y for
+g_y) by ``BD`` features (16 .. 64, a power of two; more features are more programs) per program, the
 reduction in steps of ``BK`` (64 with 8 warps up to ``B N M = 2^24`` cells, 32 with 4 warps
 above); E is read through its strides (g_y reads it transposed); rows, columns and features
 past the ends are masked.  The grid's fastest axis runs over feature tiles, so the programs
 sharing E's tile run together.  The kernel is not bound by its products (TF32 and IEEE
-float32 products took about as long, run 116).
+float32 products took about as long).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import warnings
 
 import torch
 
-__all__ = ["available", "sqeuclidean_grads_tc", "wanted"]
+from sdtw.cuda import policy
+from sdtw.cuda.config import CONFIG
 
-#: Whether float32 CUDA gradients take this path (``SDTW_TC_GRADS``, read once at import).
-ENABLED = os.environ.get("SDTW_TC_GRADS", "1") != "0"
+__all__ = ["available", "sqeuclidean_grads_tc", "wanted"]
 
 _warned = False
 
@@ -69,27 +64,19 @@ def available() -> bool:
 
 def wanted(x: torch.Tensor, M: int) -> bool:
     """Whether the eager gradients of the kernels' inputs ``x`` (B, N, D) against a y of
-    length ``M`` take this path: CUDA tensors in float32, ``N M >= MIN_CELLS``, ``D`` from
-    ``MIN_D`` up to ``VECTOR_D`` or a multiple of 4 (:func:`fast_d`), ``M`` a multiple of 4
-    (where it measured faster: see :data:`MIN_D`), ``B <= MAX_B``, :data:`ENABLED` and
-    Triton installed (otherwise a one-time warning names the slower cuBLAS path taken
-    instead)."""
+    length ``M`` take this path: CUDA tensors in float32 where :func:`sdtw.cuda.policy.tc_grads`
+    takes it, the setting on (``SDTW_TC_GRADS``) and Triton installed (otherwise a one-time
+    warning names the slower cuBLAS path taken instead)."""
     B, N, D = x.shape
-    if not fast_d(D) or M % 4 or N * M < MIN_CELLS or B > MAX_B:
+    if not CONFIG.tc_grads or x.device.type != "cuda" or x.dtype != torch.float32:
         return False
-    return _wanted(x.device.type, x.dtype)
+    if not policy.tc_grads(B, N, M, D):
+        return False
+    return _triton_or_warn()
 
 
-def fast_d(D: int) -> bool:
-    """Whether D features suit the kernel: ``MIN_D <= D < VECTOR_D``, or D a multiple of 4
-    (whose rows it loads as 16-byte vectors, :func:`_quantum`)."""
-    return MIN_D <= D < VECTOR_D or (D >= MIN_D and D % 4 == 0)
-
-
-def _wanted(device_type: str, dtype: torch.dtype) -> bool:
+def _triton_or_warn() -> bool:
     global _warned
-    if not ENABLED or device_type != "cuda" or dtype != torch.float32:
-        return False
     if available():
         return True
     if not _warned:
@@ -100,7 +87,7 @@ def _wanted(device_type: str, dtype: torch.dtype) -> bool:
             "N = 512, D = 64, 170 us at N = 2048); pip install triton, or set "
             "SDTW_TC_GRADS=0 to silence this",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=5,
         )
     return False
 
@@ -199,88 +186,19 @@ def _feature_tile(D: int) -> int:
     return min(64, max(16, 1 << (D - 1).bit_length()))
 
 
-#: Launch settings by size (None: :func:`_settings` picks): rows and reduction steps per
-#: program, the largest feature tile, the products' precision (``tl.dot``'s
-#: ``input_precision``), warps and pipeline stages.
-CONFIG: dict | None = None
-#: (the two settings :func:`_settings` picks from: the best of six at N = 512 and at
-#: N = 2048, ``probe --gradtune``, run 116)
-SMALL = {"BR": 128, "BK": 64, "BD": 64, "PREC": "tf32x3", "num_warps": 8, "num_stages": 3}
-LARGE = {"BR": 128, "BK": 32, "BD": 64, "PREC": "tf32x3", "num_warps": 4, "num_stages": 3}
-
-
-def _settings(B: int, N: int, M: int, D: int) -> dict:
-    """:data:`CONFIG` if set, else :data:`SMALL` up to ``B N M = 2^24`` cells and D = 64,
-    :data:`LARGE` above (H200, both gradients, us, ``probe --gradsizes``, run 117):
-
-    ==================  =====  =====  ===================
-    B, N = M, D         SMALL  LARGE  cuBLAS float32 form
-    ==================  =====  =====  ===================
-    32, 512, 64          60.2   71.5   79.3
-    16, 1024, 64        110.2  128.6  135.8
-    32, 1024, 64        216.7  177.5  222.6
-    32, 2048, 64        796.6  655.5  829.3
-    32, 256, 1024       256.4  208.8  285.0
-    4, 8192, 64        1536.7 1266.2 1578.9
-    ==================  =====  =====  ===================
-    """
-    if CONFIG is not None:
-        return CONFIG
-    return SMALL if B * N * M <= 1 << 24 and D <= 64 else LARGE
-
-
-#: Where the tensor cores take the gradients (:func:`wanted`), from ``probe --gradsizes``
-#: and the cases beside it (H200, both gradients from a random E, GPU time, us, this kernel /
-#: cuBLAS's float32 form; runs 117, 152, 154 and 155 of ``probe-dev.txt``):
-#:
-#: - D = 1 and N = M = 128 take cuBLAS: B = 32, N = 512, D = 1 38.5 / 24.3; N = 2048, D = 1
-#:   362.0 / 266.8; N = 128, D = 64 24.2 / 20.8.
-#: - D = 2 to 15 take the kernel, whether D is a multiple of 4 or not: N = 512, D = 2, 3, 5
-#:   40.1 / 52.3, 40.0 / 59.6, 42.1 / 57.0; D = 4, 8, 12 without the multiple-of-4 hint at
-#:   N = 2048 415-428 / 500-509.
-#: - From D = 16 on it wins only where its loads of x's and y's rows are 16-byte vectors, that
-#:   is D a multiple of 4 (Triton itself knows only multiples of 16; :func:`_quantum` tells
-#:   it the rest): N = 2048, D = 20, 24, 40, 72 386, 387, 794, 1287 / 510, 511, 829, 1384
-#:   with the hint, 978, 977, 1768, 3622 without; D = 17, 33, 65, 130 (no hint possible)
-#:   74.1 / 54.8 (N = 512), 1764 / 822, 245 / 113 (N = 512), 5212 / 2260.  Until run 154
-#:   every D >= 64 took it, so D = 65 or 130 had been more than 2x slower.
-#: - M not a multiple of 4 (E's rows then not 16-byte aligned) takes cuBLAS: D = 64 at
-#:   N = 512, M = 511 76.7 / 81.5, but N = 2047, M = 2045 964 / 810.
-MIN_D = 2
-#: D below this takes the kernel even when not a multiple of 4 (:func:`fast_d`).
-VECTOR_D = 16
-MIN_CELLS = 512 * 512
-#: Most pairs of one launch (the grid's third axis; more take cuBLAS).
-MAX_B = 65535
-
-
-#: Whether :func:`_run` tells the kernel which of D and E's strides are multiples of 4
-#: (:func:`_quantum`; a switch for ``probe --gradsizes``'s A/B).
-ALIGN = True
-
-
 def _quantum(i: int) -> int:
-    """4 where :data:`ALIGN` is set and ``i`` (D or one of E's strides, in elements) is a
-    multiple of 4 but not of 16, else 1.  Triton specialises an integer argument on being a
-    multiple of 16 (or on being 1) only; the kernel multiplies each such argument, passed
-    divided by its quantum, by that quantum, a constant, so that for instance rows D = 24
-    floats apart (96 bytes) can still load as 16-byte vectors."""
-    return 4 if ALIGN and i % 4 == 0 and i % 16 != 0 else 1
-
-
-#: Both gradients go in one launch (the grid's row axis split between g_x's and g_y's row
-#: blocks) up to this many cells ``B N M``, one launch each above (``probe --gradsizes``,
-#: H200, run 159 of ``probe-dev.txt``, both gradients, us, one launch / two): B = 32, D = 64,
-#: N = 512 59.2-60.8 / 64.5; N = 128 13.3 / 23.9; B = 32, N = 256, D = 1024 204.6 / 217.9;
-#: but N = 1024 193.9 / 194.2, N = 2048 720.8 / 712.0, B = 4, N = 8192 1411.0 / 1383.4.
-#: (0: always two launches, the switch of that A/B.)
-ONE_LAUNCH_CELLS = 1 << 24
+    """4 where ``i`` (D or one of E's strides, in elements) is a multiple of 4 but not of 16,
+    else 1.  Triton specialises an integer argument on being a multiple of 16 (or on being 1)
+    only; the kernel multiplies each such argument, passed divided by its quantum, by that
+    quantum, a constant, so that for instance rows D = 24 floats apart (96 bytes) can still
+    load as 16-byte vectors (N = 2048, D = 24: 387 us against 977 without)."""
+    return 4 if i % 4 == 0 and i % 16 != 0 else 1
 
 
 def _run(E, x, y, rows, cols, gx, gy, blocks_x: int, blocks_y: int, c: dict) -> None:
-    """Launch the kernel at settings ``c`` (:func:`_settings`) over ``blocks_x`` row blocks of
-    g_x (into ``gx``) then ``blocks_y`` of g_y (into ``gy``); a gradient without blocks may be
-    None (its buffer is not touched)."""
+    """Launch the kernel at settings ``c`` (:func:`sdtw.cuda.policy.tc_settings`) over
+    ``blocks_x`` row blocks of g_x (into ``gx``) then ``blocks_y`` of g_y (into ``gy``); a
+    gradient without blocks may be None (its buffer is not touched)."""
     B, N, M = E.shape
     D = x.shape[2]
     bd = min(c["BD"], _feature_tile(D))
@@ -315,12 +233,12 @@ def sqeuclidean_grads_tc(
     ``rows`` (B, N, 1), ``cols`` (B, M, 1) (row stride 1): the products on the tensor cores
     with the 3xTF32 split (see the module docstring).  None where not needed."""
     B, N, M = E.shape
-    c = _settings(B, N, M, x.shape[2])
+    c = policy.tc_settings(B, N, M, x.shape[2])
     bx = -(-N // c["BR"]) if need_x else 0
     by = -(-M // c["BR"]) if need_y else 0
     gx = torch.empty_like(x) if need_x else None
     gy = torch.empty_like(y) if need_y else None
-    if B * N * M <= ONE_LAUNCH_CELLS or not (need_x and need_y):
+    if policy.tc_one_launch(B, N, M) or not (need_x and need_y):
         if bx + by:
             _run(E, x, y, rows, cols, gx, gy, bx, by, c)
     else:

@@ -1,4 +1,4 @@
-"""Sakoe-Chiba band, shared by every path.
+"""The Sakoe-Chiba band, shared by every path (and the baselines).
 
 The band follows tslearn's ``sakoe_chiba_mask(N, M, radius)``: for ``N <= M`` cell ``(i, j)``
 is allowed iff ``i - r <= j <= i + (M - N) + r`` and symmetrically for ``N > M``.  Both cases
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["band_offsets", "sakoe_chiba_mask"]
+
 
 def band_offsets(N: int, M: int, bandwidth: int | None) -> tuple[int, int]:
     """Offsets ``(lo, hi)`` with cell ``(i, j)`` allowed iff ``-lo <= j - i <= hi``."""
@@ -25,8 +27,9 @@ def band_offsets(N: int, M: int, bandwidth: int | None) -> tuple[int, int]:
     return r + max(N - M, 0), r + max(M - N, 0)
 
 
-def band_mask(N: int, M: int, bandwidth: int | None) -> np.ndarray:
-    """Boolean mask ``(N, M)``, True where the cell is inside the band."""
+def sakoe_chiba_mask(N: int, M: int, bandwidth: int | None) -> np.ndarray:
+    """Boolean mask ``(N, M)``, True where the cell is inside the band (tslearn's
+    ``sakoe_chiba_mask(N, M, bandwidth)``; ``None`` or ``<= 0``: all True)."""
     lo, hi = band_offsets(N, M, bandwidth)
     d = np.arange(M)[None, :] - np.arange(N)[:, None]
     return (d >= -lo) & (d <= hi)
