@@ -1,39 +1,46 @@
-"""Offline SASS of the CUDA kernels, on a machine without a GPU: what each instruction class
-costs per kernel and per loop body.
+"""Offline PTX and SASS of the CUDA kernels, on a machine without a GPU.
 
 Usage
 -----
 ::
 
-    python -m experiments.sass [KERNEL ...] [--cc 90] [--max-regs N] [--out DIR] [--list]
-    python -m experiments.sass --compile-all [--quick] [--cc 90]
+    python -m experiments.sass [LABEL ...] [--cc 90] [--max-regs N] [--out DIR] [--list]
+    python -m experiments.sass --compile-all [--cc 90]
+    python -m experiments.sass --check [--digests FILE]
+    python -m experiments.sass --record [--digests FILE]
 
-Numba compiles the kernel's PTX for compute capability ``--cc`` on the CPU (its NVVM needs no
-driver), ``ptxas`` assembles it (``-v``: registers, spills, shared memory) and ``nvdisasm``
-disassembles the cubin.  Printed per kernel: ptxas' resource line, the static instruction
-count by opcode, and for each loop (a label that a later branch jumps back to) its body's
-opcodes, the part a kernel's time is made of.  ``--out`` keeps the PTX and SASS.
+Labels are the kernel specs' (``forward-hilo-f32-mover``, ``backward-f32``, ``park-f32``...;
+``--list`` lists them): every spec that :func:`sdtw.cuda.kernels.registry.production_specs`
+returns, the variants the tuning rules can choose.  Numba compiles a kernel's PTX for compute
+capability ``--cc`` on the CPU (its NVVM needs no driver), ``ptxas`` assembles it (``-v``:
+registers, spills, shared memory) and ``nvdisasm`` disassembles the cubin.  Printed per kernel: ptxas' resource line, the static instruction count by opcode, and
+for each loop (a label that a later branch jumps back to) its body's opcodes.  ``--out`` keeps
+the PTX and SASS.  Static counts are not dynamic ones: a loop body runs as often as its trip
+count, the rest once per block.
 
-``--compile-all`` compiles the PTX of every kernel variant a GPU may compile (each DP variant
-of ``FORWARD`` and ``BACKWARD``, the park kernels) in worker processes, and says which failed:
-the simulator runs the kernels as Python, so Numba's typing of the device code and NVVM only
-ever see a variant here or on a GPU (a test runs it with ``--quick``: the busy variants, one
-quiet forward and one quiet backward).  It needs NVVM only, not ``ptxas``.
+``--compile-all`` compiles the PTX of every production spec (Numba's typing, then NVVM; no
+``ptxas``): the simulator runs the kernels as Python, so a typing error in a variant that no
+simulator test reaches would otherwise only show on a GPU.
 
-This is how the park kernel's k loop was found to spend ~45 of its ~100 instructions per 8
-mma on 64-bit index arithmetic (``probe-dev.txt``, before run 59).  Static counts are not
-dynamic ones: a loop body runs as often as its trip count, the rest once per block.  Numba's
-``launch_bounds`` are not in the PTX; ``--max-regs`` (default: the kernel's bound, 128 for the
-float32 park) stands in for them.
+``--check`` compiles every production spec to sm_90 SASS and compares a digest of each one's
+*normalised* SASS (the code sections only; symbol names, addresses and whitespace left out)
+with the digests recorded in ``tests/data/sass-sm90.json``: a change of the kernels' code that
+changes the instructions the GPU runs shows there, on a machine without a GPU.  The digests
+hold for the toolchain they were recorded with (numba-cuda, NVVM, ptxas: in the file); with
+another toolchain ``--check`` says so and exits 2.  ``--record`` writes the file anew (after a
+deliberate change of the kernels, with the reason in the commit).
 
-Needs numba-cuda with libNVVM, ``ptxas`` and ``nvdisasm`` (on ``PATH``, in
-``$CUDA_HOME/bin``, or in the ``nvidia-cuda-*`` pip wheels' ``bin``); says which is missing.
+Needs numba-cuda with libNVVM, ``ptxas`` and ``nvdisasm`` (the ``nvidia-cuda-nvcc`` and
+``nvidia-cuda-nvdisasm`` wheels, which the test extra installs on Linux, ``$CUDA_HOME/bin`` or
+``PATH``; the wheels come first, they match the NVVM wheel); says which is missing (exit 2).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -42,91 +49,87 @@ import sys
 import tempfile
 from pathlib import Path
 
-
-def _forward_sig(f32: bool, fused: bool = False, tiled: bool = False) -> str:
-    """Argument types of a DP forward kernel (X is the features, 3-D, in the fused mode
-    without gradients, else flat; Y 3-D, but flat in the tiled mode)."""
-    f = "f4" if f32 else "f8"
-    x = f"{f}[:, :, ::1]" if fused else f"{f}[::1]"
-    y = f"{f}[::1]" if tiled else f"{f}[:, :, ::1]"
-    return f"{x}, {y}, i8, i8, i8, f8, i8, i8, {f}[::1], i8[::1], {f}[::1], b1"
-
-
-def _backward_sig(f32: bool) -> str:
-    """Argument types of a DP backward kernel (the in-sweep gradients' x, y, D, g_x, g_y last:
-    float32 placeholders in the other variants)."""
-    f = "f4" if f32 else "f8"
-    return (
-        f"{f}[::1], i8, i8, {f}[::1], i8[::1], {f}[:, ::1], f4[::1], f4[::1], i8, f4[::1], f4[::1]"
-    )
-
-
-def _park_sig(f32: bool) -> str:
-    f = "f4" if f32 else "f8"
-    return f"{f}[::1], {f}[::1], {f}[::1], i8, i8, i8"
-
-
-#: Kernel name -> (its dispatcher in sdtw.cuda._kernels, its argument types, ptxas register
-#: cap: the kernel's launch bound, which Numba does not put in the PTX)
-KERNELS = {
-    "park32": ("PARK32", _park_sig(True), 128),
-    "park64": ("PARK", _park_sig(False), None),
-    "cost-park32": ("COST_PARK", _park_sig(True), 128),
-    "forward-hilo": ("FORWARD", _forward_sig(True), None),
-    "forward-cost32": ("FORWARD", _forward_sig(True), None),
-    "forward-hilo-mover": ("FORWARD", _forward_sig(True), None),
-    "forward-cost32-mover": ("FORWARD", _forward_sig(True), None),
-    "forward-fused32": ("FORWARD", _forward_sig(True, fused=True), None),
-    "forward-tiled32": ("FORWARD", _forward_sig(True, tiled=True), None),
-    "forward-cost64": ("FORWARD", _forward_sig(False), None),
-    "backward32": ("BACKWARD", _backward_sig(True), None),
-    "backward32-mover": ("BACKWARD", _backward_sig(True), None),
-    # launch bounds (96, 4): 65536 / (4 * 96) registers, rounded down to a multiple of 8
-    "backward32-grads": ("BACKWARD_GRADS", _backward_sig(True), 168),
-    "backward32-grads1": ("BACKWARD_GRADS", _backward_sig(True), 168),
-}
-#: The key of the kernels stored in a dict (the busy variant: what a GPU runs).
-_KEYS = {
-    "cost-park32": True,
-    "forward-hilo": ("hilo", True, True, False),
-    "forward-hilo-mover": ("hilo", True, True, True),
-    "forward-cost32": ("cost", True, True, False),
-    "forward-cost32-mover": ("cost", True, True, True),
-    "forward-cost64": ("cost", False, True, False),
-    "forward-fused32": ("fused", True, True, False),
-    "forward-tiled32": ("tiled", True, True, True),
-    "backward32": (True, True, False),
-    "backward32-mover": (True, True, True),
-    "backward32-grads": (True, 8),
-    "backward32-grads1": (True, 1),
-}
+REPO = Path(__file__).resolve().parent.parent
+DIGESTS = REPO / "tests" / "data" / "sass-sm90.json"
 
 _INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
 _LABEL = re.compile(r"^(\.L_x_\d+):")
 _BRANCH = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
 
 
+def specs() -> dict:
+    """The production specs by label."""
+    from sdtw.cuda.kernels import registry
+
+    return {s.label: s for s in registry.production_specs()}
+
+
+def signature(spec) -> str:
+    """A kernel's argument types as its launcher passes them (:mod:`sdtw.cuda._launch`)."""
+    from sdtw.cuda.kernels import FUSED, TILED, BackwardSpec, ForwardSpec
+
+    if isinstance(spec, ForwardSpec):
+        f = "f4" if spec.fast else "f8"
+        x = f"{f}[:, :, ::1]" if spec.mode == FUSED else f"{f}[::1]"
+        y = f"{f}[::1]" if spec.mode == TILED else f"{f}[:, :, ::1]"
+        return f"{x}, {y}, i8, i8, i8, f8, i8, i8, {f}[::1], i8[::1], {f}[::1], b1"
+    if isinstance(spec, BackwardSpec):
+        f = "f4" if spec.fast else "f8"
+        return (
+            f"{f}[::1], i8, i8, {f}[::1], i8[::1], {f}[:, ::1], "
+            "f4[::1], f4[::1], i8, f4[::1], f4[::1]"
+        )
+    f = "f4" if spec.f32 else "f8"
+    return f"{f}[::1], {f}[::1], {f}[::1], i8, i8, i8"
+
+
+def max_regs(spec) -> int | None:
+    """ptxas' register cap standing in for the kernel's launch bound (Numba does not put it in
+    the PTX): 65536 / (blocks x threads) rounded down to 8."""
+    from sdtw.cuda.kernels import BackwardSpec, ParkSpec
+
+    if isinstance(spec, ParkSpec) and spec.f32:
+        return 128  # (128 threads, 4 blocks)
+    if isinstance(spec, BackwardSpec) and spec.grads:
+        return 168  # (96 threads, 4 blocks)
+    return None
+
+
+def ptx_of(spec, cc: tuple[int, int]) -> str:
+    """The PTX of ``spec``'s kernel for ``cc`` (compiled here, never from the disk cache)."""
+    from numba import cuda
+    from numba.core import sigutils
+
+    from sdtw.cuda import _private
+    from sdtw.cuda.kernels import registry
+
+    _private.fake_device(cc)
+    kernel = registry._build(spec)
+    sig = sigutils.normalize_signature(f"void({signature(spec)})")[0]
+    ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
+    return ptx
+
+
 def find_tool(name: str) -> str | None:
-    """``ptxas``/``nvdisasm`` on PATH, in ``$CUDA_HOME/bin``, or in an nvidia pip wheel."""
-    found = shutil.which(name)
-    if found:
-        return found
-    roots = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")]
+    """``name`` from the nvidia pip wheels (they match the NVVM wheel numba-cuda loads), then
+    ``$CUDA_HOME/bin``, then ``PATH``."""
+    roots = []
     try:
         import nvidia
 
         roots += list(nvidia.__path__)  # (its cu13/, cu12/... wheels' bin/ are found below)
     except ImportError:
         pass
+    roots += [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")]
     for root in filter(None, roots):
-        for cand in Path(root).glob(f"**/bin/{name}"):
+        for cand in sorted(Path(root).glob(f"**/bin/{name}")):
             if os.access(cand, os.X_OK):
                 return str(cand)
-    return None
+    return shutil.which(name)
 
 
 def missing_tools() -> list[str]:
-    """What of libNVVM (numba-cuda's), ``ptxas`` and ``nvdisasm`` this machine lacks."""
+    """What of libNVVM (numba-cuda's), ``ptxas`` and a disassembler this machine lacks."""
     missing = [name for name in ("ptxas", "nvdisasm") if find_tool(name) is None]
     try:
         from numba.cuda.cudadrv import nvvm
@@ -137,112 +140,145 @@ def missing_tools() -> list[str]:
     return missing
 
 
-def _fake_device(cc: tuple[int, int]) -> None:
-    """Device functions ask the current device for its compute capability when compiled;
-    on a machine without a GPU, answer ``cc`` (compilation only: nothing is launched)."""
-    import numba.cuda.dispatcher as dispatcher
-
-    class _Device:
-        compute_capability = cc
-
-    dispatcher.get_current_device = lambda: _Device()
-
-
-def _ptx(attr: str, key: object, args: str, cc: tuple[int, int]) -> str:
-    """The PTX for ``cc`` of the dispatcher ``attr`` of sdtw.cuda._kernels (``attr[key]``
-    where it is a dict of variants) compiled for the argument types ``args``."""
-    from numba import cuda
-    from numba.core import sigutils
-
-    from sdtw.cuda import _kernels as K
-
-    dispatcher = getattr(K, attr)
-    if key is not None:
-        dispatcher = dispatcher[key]
-    sig = sigutils.normalize_signature(f"void({args})")[0]
-    ptx, _ = cuda.compile_ptx(dispatcher.py_func, sig, cc=cc)
-    return ptx
+def sass_of(
+    spec, cc: tuple[int, int], keep: Path | None = None, regs: int | None = None
+) -> tuple[str, list[str]]:
+    """The SASS of ``spec``'s kernel and ptxas' resource lines (``keep``: a folder for the
+    PTX, cubin and SASS; ``regs``: ptxas' register cap, default :func:`max_regs`)."""
+    out = keep or Path(tempfile.mkdtemp(prefix="sdtw-sass-"))
+    ptx_path, cubin, sass_path = (out / f"{spec.label}.{ext}" for ext in ("ptx", "cubin", "sass"))
+    ptx_path.write_text(ptx_of(spec, cc))
+    cmd = [find_tool("ptxas"), f"-arch=sm_{cc[0]}{cc[1]}", "-O3", "-v", str(ptx_path)]
+    regs = max_regs(spec) if regs is None else regs
+    if regs:
+        cmd += ["--maxrregcount", str(regs)]
+    res = subprocess.run([*cmd, "-o", str(cubin)], capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(f"ptxas failed on {spec.label}: {res.stderr.strip()[-500:]}")
+    info = [ln.strip() for ln in res.stderr.splitlines() if "spill" in ln or "Used" in ln]
+    sass = subprocess.run(
+        [find_tool("nvdisasm"), str(cubin)], capture_output=True, text=True, check=True
+    ).stdout
+    sass_path.write_text(sass)
+    if keep is None:
+        shutil.rmtree(out, ignore_errors=True)
+    return sass, info
 
 
-def ptx_of(kernel: str, cc: tuple[int, int]) -> str:
-    """The PTX of one of :data:`KERNELS` for ``cc``."""
-    attr, args, _ = KERNELS[kernel]
-    return _ptx(attr, _KEYS.get(kernel), args, cc)
-
-
-def variants() -> list[tuple[str, object, str]]:
-    """Every kernel a GPU may compile: ``(dispatcher's name in sdtw.cuda._kernels, its key in
-    that dict or None, the signature)``: each DP variant of ``FORWARD`` and ``BACKWARD`` (mode,
-    dtype, busy or quiet, mover or not) and the park kernels."""
-    from sdtw.cuda import _kernels as K
-
-    out: list[tuple[str, object, str]] = []
-    for key in K.FORWARD:
-        sig = _forward_sig(key[1], fused=key[0] == K.FUSED, tiled=key[0] == K.TILED)
-        out.append(("FORWARD", key, sig))
-    for key in K.BACKWARD:
-        out.append(("BACKWARD", key, _backward_sig(key[0])))
-    for key in K.BACKWARD_GRADS:
-        out.append(("BACKWARD_GRADS", key, _backward_sig(True)))
-    for name in ("park32", "park64", "cost-park32"):
-        attr, sig, _ = KERNELS[name]
-        out.append((attr, _KEYS.get(name), sig))
-    out.append(("COST_PARK", False, _park_sig(False)))  # the float64 cost's park
-    assert len(out) == len(K.FORWARD) + len(K.BACKWARD) + len(K.BACKWARD_GRADS) + 2 + len(
-        K.COST_PARK
-    )
+def normalise(sass: str) -> list[str]:
+    """The code of an nvdisasm listing: the instruction lines and labels of its ``.text``
+    sections (its ``//-----`` headers start each section), with symbol names, addresses and
+    runs of whitespace replaced."""
+    out, on = [], False
+    for line in sass.splitlines():
+        if line.startswith("//---------------------"):
+            on = ".text." in line
+        if not on:
+            continue
+        line = re.sub(r"/\*[0-9a-f]{4,}\*/", "", line)
+        line = re.sub(r"_Z\w+", "SYM", line)
+        line = re.sub(r"_cudapy_smem_\d+", "SMEM", line)
+        line = re.sub(r"\s+", " ", line).strip()
+        if line:
+            out.append(line)
     return out
 
 
-def _compile_variant(job: tuple[str, object, str, tuple[int, int]]) -> tuple[str, str | None]:
-    """PTX of one of :func:`variants` (in a worker process); its label and the error, if any."""
-    attr, key, args, cc = job
-    label = attr if key is None else f"{attr}[{key!r}]"
-    _fake_device(cc)
+def digest(sass: str) -> str:
+    return hashlib.sha256("\n".join(normalise(sass)).encode()).hexdigest()
+
+
+def toolchain() -> dict:
+    """What the SASS depends on besides the kernels' code."""
+    import numba_cuda
+    from numba.cuda.cudadrv import nvvm
+
+    def version(tool: str) -> str:
+        res = subprocess.run([find_tool(tool), "--version"], capture_output=True, text=True)
+        return res.stdout.strip().splitlines()[-1]
+
+    return {
+        "numba_cuda": numba_cuda.__version__,
+        "nvvm": ".".join(map(str, nvvm.NVVM().get_version())),
+        "ptxas": version("ptxas"),
+        "nvdisasm": version("nvdisasm"),
+    }
+
+
+def _digest_job(job: tuple[str, tuple[int, int]]) -> tuple[str, str | None, str | None]:
+    """(label, digest, error) of one production spec, in a worker process."""
+    label, cc = job
     try:
-        _ptx(attr, key, args, cc)
+        return label, digest(sass_of(specs()[label], cc)[0]), None
     except Exception as exc:  # report every failure, not just the first
+        return label, None, f"{type(exc).__name__}: {exc}"
+
+
+def _ptx_job(job: tuple[str, tuple[int, int]]) -> tuple[str, str | None]:
+    label, cc = job
+    try:
+        ptx_of(specs()[label], cc)
+    except Exception as exc:
         return label, f"{type(exc).__name__}: {exc}"
     return label, None
 
 
-def _quick(attr: str, key: object) -> bool:
-    """``--quick``'s subset of :func:`variants`: every busy DP variant (what a GPU runs by
-    default), the quiet ones of the float32 cost forward and the float32 backward (the code
-    that only quiet variants compile), and the park kernels."""
-    if attr == "FORWARD":
-        return key[2] or key[:2] == ("cost", True)
-    if attr == "BACKWARD":
-        return key[1] or key[0]
-    if attr == "BACKWARD_GRADS":
-        return key[0]
-    return True
-
-
-def compile_all(cc: tuple[int, int], workers: int, quick: bool = False) -> int:
-    """Compile every kernel variant's PTX (Numba's typing, then NVVM) for ``cc``: what the
-    simulator never does, since it runs the kernels as Python (``quick``: the subset of
-    :func:`_quick`).  0: all compiled; 1: some failed (printed); 2: no NVVM here, or no
-    NVRTC (numba-cuda asks it which architectures it may compile for; the test extras
-    install it on Linux, ``nvidia-cuda-nvrtc``)."""
+def _pool_map(fn, jobs: list) -> list:
     from concurrent.futures import ProcessPoolExecutor
 
-    jobs = [(*v, cc) for v in variants() if not quick or _quick(v[0], v[1])]
+    workers = max(1, min(4, os.cpu_count() or 1))
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(_compile_variant, jobs))
+        return list(pool.map(fn, jobs))
+
+
+def compile_all(cc: tuple[int, int]) -> int:
+    """Every production spec's PTX for ``cc``: 0 all compiled; 1 some failed (printed); 2 no
+    NVVM or NVRTC here (numba-cuda asks NVRTC which architectures it may compile for)."""
+    from sdtw.cuda._launch import missing_toolkit
+
+    results = _pool_map(_ptx_job, [(label, cc) for label in specs()])
     failed = [(label, err) for label, err in results if err is not None]
     if failed:
-        from sdtw.cuda._launch import missing_toolkit
-
         missing = set.intersection(*(set(missing_toolkit(err)) for _, err in failed))
         if missing:  # every variant failed for want of the same piece of the toolkit
             print(f"sass: no {', '.join(sorted(missing))} to compile with ({failed[0][1][:200]})")
             return 2
     for label, err in results:
         print(f"{'ok  ' if err is None else 'FAIL'} {label}" + ("" if err is None else f": {err}"))
-    ok = len(results) - len(failed)
-    print(f"{ok} of {len(results)} kernel variants compiled for sm_{cc[0]}{cc[1]}")
+    print(f"{len(results) - len(failed)} of {len(results)} kernel variants compiled")
     return 1 if failed else 0
+
+
+def check(path: Path, record: bool = False) -> int:
+    """Compare (or with ``record`` write) the production specs' SASS digests for sm_90: 0 all
+    the same; 1 some differ or failed (printed); 2 another toolchain than the recorded one."""
+    tools = toolchain()
+    if not record:
+        recorded = json.loads(path.read_text())
+        if recorded["toolchain"] != tools:
+            print(f"sass: digests recorded with {recorded['toolchain']}, this machine has {tools}")
+            return 2
+    results = _pool_map(_digest_job, [(label, (9, 0)) for label in specs()])
+    errors = [(label, err) for label, _, err in results if err]
+    for label, err in errors:
+        print(f"FAIL {label}: {err}")
+    if record:
+        if errors:
+            return 1
+        got = {label: d for label, d, _ in results}
+        path.write_text(json.dumps({"toolchain": tools, "sm_90": got}, indent=1) + "\n")
+        print(f"recorded {len(got)} digests in {path}")
+        return 0
+    want = recorded["sm_90"]
+    differ = [label for label, d, err in results if not err and want.get(label) != d]
+    for label in differ:
+        print(f"DIFF {label}: {'not recorded' if label not in want else 'other SASS'}")
+    gone = sorted(set(want) - set(specs()))
+    for label in gone:
+        print(f"GONE {label}: recorded, no longer a production spec")
+    same = len(results) - len(differ) - len(errors)
+    print(f"{same} of {len(results)} kernels' sm_90 SASS as recorded")
+    return 1 if differ or errors or gone else 0
 
 
 def analyse(sass: str) -> tuple[collections.Counter, list[tuple[str, collections.Counter]]]:
@@ -279,67 +315,51 @@ def _fmt(counts: collections.Counter, top: int = 14) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.sass", description=__doc__)
-    parser.add_argument("kernels", nargs="*", default=["park32"], metavar="KERNEL")
+    parser.add_argument("kernels", nargs="*", default=["park-f32"], metavar="LABEL")
     parser.add_argument("--cc", default="90", help="compute capability, e.g. 90 (default)")
     parser.add_argument("--max-regs", type=int, default=None, help="ptxas --maxrregcount")
     parser.add_argument("--out", type=Path, default=None, help="keep the PTX and SASS here")
     parser.add_argument("--list", action="store_true", help="list the kernels and exit")
-    parser.add_argument(
-        "--compile-all",
-        action="store_true",
-        help="compile every kernel variant's PTX (typing + NVVM; no ptxas needed) and exit",
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="with --compile-all: the busy variants and one quiet forward and backward only",
-    )
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--compile-all", action="store_true", help="every spec's PTX (no ptxas)")
+    what.add_argument("--check", action="store_true", help="compare SASS digests (sm_90)")
+    what.add_argument("--record", action="store_true", help="write the SASS digests (sm_90)")
+    parser.add_argument("--digests", type=Path, default=DIGESTS, help="the digests' file")
     args = parser.parse_args(argv)
+    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)  # (before sdtw reads its settings)
     if args.list:
-        for name, (attr, sig, _) in KERNELS.items():
-            key = f"[{_KEYS[name]!r}]" if name in _KEYS else ""
-            print(f"{name:16s} {attr}{key}({sig})")
+        for label, spec in specs().items():
+            print(f"{label:28s} {spec}")
         return 0
     if not re.fullmatch(r"\d\d+", args.cc):
         parser.error(f"--cc must look like 90, got {args.cc!r}")
     cc = (int(args.cc[:-1]), int(args.cc[-1]))
     if args.compile_all:
-        os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
-        return compile_all(cc, workers=max(1, min(4, os.cpu_count() or 1)), quick=args.quick)
-    unknown = [k for k in args.kernels if k not in KERNELS]
-    if unknown:
-        parser.error(f"unknown kernel(s) {unknown}; choose from {sorted(KERNELS)}")
+        return compile_all(cc)
     missing = missing_tools()
     if missing:
-        print(f"sass: {', '.join(missing)} not found (PATH, CUDA_HOME/bin, nvidia wheels)")
+        print(f"sass: {', '.join(missing)} not found (nvidia wheels, CUDA_HOME/bin, PATH)")
         return 2
-    tools = {name: find_tool(name) for name in ("ptxas", "nvdisasm")}
-    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
-    _fake_device(cc)
-    out = args.out or Path(tempfile.mkdtemp(prefix="sdtw-sass-"))
-    out.mkdir(parents=True, exist_ok=True)
-    for kernel in args.kernels:
-        ptx_path, cubin, sass_path = (out / f"{kernel}.{ext}" for ext in ("ptx", "cubin", "sass"))
-        ptx_path.write_text(ptx_of(kernel, cc))
-        regs = args.max_regs if args.max_regs is not None else KERNELS[kernel][2]
-        cmd = [tools["ptxas"], f"-arch=sm_{args.cc}", "-O3", "-v", str(ptx_path), "-o", str(cubin)]
-        if regs:
-            cmd[1:1] = ["--maxrregcount", str(regs)]
-        res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        info = [ln.strip() for ln in res.stderr.splitlines() if "spill" in ln or "Used" in ln]
-        sass = subprocess.run(
-            [tools["nvdisasm"], str(cubin)], capture_output=True, text=True, check=True
-        ).stdout
-        sass_path.write_text(sass)
+    if args.check or args.record:
+        return check(args.digests, record=args.record)
+    known = specs()
+    unknown = [k for k in args.kernels if k not in known]
+    if unknown:
+        parser.error(f"unknown kernel(s) {unknown}; choose from {sorted(known)}")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+    for label in args.kernels:
+        spec = known[label]
+        cap = max_regs(spec) if args.max_regs is None else args.max_regs
+        sass, info = sass_of(spec, cc, args.out, cap)
         total, bodies = analyse(sass)
-        print(f"== {kernel} (sm_{args.cc}{f', --maxrregcount {regs}' if regs else ''})")
+        regs = f", --maxrregcount {cap}" if cap else ""
+        print(f"== {label} (sm_{args.cc}{regs})")
         for line in info:
             print(f"   {line.replace('ptxas info    : ', '')}")
         print(f"   {sum(total.values())} static instructions: {_fmt(total)}")
-        for label, body in bodies:
-            print(f"   loop {label}: {sum(body.values())} instructions: {_fmt(body, 10)}")
-    if args.out is None:
-        shutil.rmtree(out, ignore_errors=True)
+        for loop, body in bodies:
+            print(f"   loop {loop}: {sum(body.values())} instructions: {_fmt(body, 10)}")
     return 0
 
 

@@ -495,138 +495,39 @@ def test_unavailable_peer_is_left_out_with_a_note() -> None:
     assert any("tslearn: not installed here" in n for n in notes)
 
 
-def test_sass_analysis_counts_loops() -> None:
-    """``experiments.sass.analyse`` on a hand-written SASS fragment: opcodes counted, the
-    body of a label a later branch returns to is a loop, a forward branch is not."""
-    from experiments import sass
-
-    text = """
-        /*0000*/                   S2R R0, SR_TID.X ;
-.L_x_1:
-        /*0010*/                   LDS R2, [R0] ;
-        /*0020*/               @P0 DMMA.16x8x8 R8, R2, R4, R8 ;
-        /*0030*/                   IADD3 R0, R0, 0x4, RZ ;
-        /*0040*/               @P1 BRA `(.L_x_1) ;
-        /*0050*/                   BRA `(.L_x_2) ;
-.L_x_2:
-        /*0060*/                   EXIT ;
-"""
-    total, loops = sass.analyse(text)
-    assert total == {"S2R": 1, "LDS": 1, "DMMA": 1, "IADD3": 1, "BRA": 2, "EXIT": 1}
-    assert [(label, dict(body)) for label, body in loops] == [
-        (".L_x_1", {"LDS": 1, "DMMA": 1, "IADD3": 1, "BRA": 1})
-    ]
-
-
-def _sass(*args: str, **extra_env: str) -> subprocess.CompletedProcess:
-    """``python -m experiments.sass ARGS`` in a child process, without the simulator (this
-    process runs under it), with ``extra_env`` added to its environment."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"} | extra_env
-    return subprocess.run(
-        [sys.executable, "-m", "experiments.sass", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-
-
-def test_sass_of_the_park_kernel() -> None:
-    """The offline SASS tool compiles the float32 park kernel without a GPU: no spills, and
-    its k loop holds the 8 float64 mma of a k step.  Skips where libNVVM, ptxas or nvdisasm
-    is missing (the tool exits 2; asked in the child process, since under this process's
-    simulator numba's NVVM never loads)."""
-    res = _sass("park32")
-    if res.returncode == 2:
-        pytest.skip(res.stdout.strip()[:300])
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "0 bytes spill stores" in res.stdout
-    assert any(ln.strip().startswith("loop") and "DMMA 8" in ln for ln in res.stdout.splitlines())
-
-
-_BARRIER_PTX = """
-import sys
-from experiments import sass
-try:
-    sass._fake_device((9, 0))
-    ptx = {k: sass.ptx_of(k, (9, 0)) for k in sys.argv[1:]}
-except Exception as exc:  # no NVVM / NVRTC here
-    print(f"cannot compile PTX here: {exc!r}"[:300])
-    sys.exit(2)
-for k, text in ptx.items():
-    print(k, *(text.count(s) for s in (
-        "bar.sync 1, 64; bar.arrive 4, 64;", "bar.arrive 1, 64; bar.sync 4, 64;",
-        "bar.sync 1,", "bar.sync 4,", "bar.arrive 1,", "bar.arrive 4,")))
-"""
-
-
-def test_movers_meet_at_one_way_named_barriers() -> None:
-    """A band's warp and its mover meet as two one-way named barriers (the steps wait at 1
-    and arrive at 4, the mover arrives at 1 and waits at 4: one waiting warp per barrier,
-    which PTX's aligned ``bar.sync`` requires; compute-sanitizer's synccheck flagged one
-    ``bar.sync 1`` waited at by both warps, run 114): no other instruction on barriers 1
-    and 4, as many meetings on each side.  The PTX of the training step's DP kernels for
-    sm_90, compiled without a GPU (skips without NVVM)."""
-    kernels = ("forward-hilo-mover", "backward32-mover")
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    res = subprocess.run(
-        [sys.executable, "-c", _BARRIER_PTX, *kernels],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if res.returncode == 2:
-        pytest.skip(res.stdout.strip()[:300])
-    assert res.returncode == 0, res.stderr[-2000:]
-    counts = {ln.split()[0]: [int(n) for n in ln.split()[1:]] for ln in res.stdout.splitlines()}
-    assert set(counts) == set(kernels)
-    for name, (steps, mover, sync1, sync4, arrive1, arrive4) in counts.items():
-        assert steps > 0 and steps == mover, (name, counts[name])
-        assert sync1 == arrive4 == steps and sync4 == arrive1 == mover, (name, counts[name])
-
-
-def test_kernel_variants_compile_for_sm90() -> None:
-    """The kernel variants a GPU compiles (``python -m experiments.sass --compile-all
-    --quick``: every busy DP variant, the quiet float32 cost forward and float32 backward, the
-    park kernels) get through Numba's typing and NVVM for sm_90.  The simulator runs the
-    kernels as Python, so without this a typing error in a variant that no simulator or GPU
-    test reaches (float64 fused without gradients, ...) would only show on a GPU.  Skips
-    where there is no NVVM, or no NVRTC (which numba-cuda asks for the architectures it may
-    compile for; the test extras install it on Linux)."""
-    res = _sass("--compile-all", "--quick")
-    if res.returncode == 2:
-        pytest.skip(res.stdout.strip()[:300])
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
-    assert "FAIL" not in res.stdout and " kernel variants compiled" in res.stdout
-
-
 def test_sanitizer_cases_cover_every_variant_and_list_without_a_gpu(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from experiments import sanitize_case
+    from sdtw.cuda.kernels import geometry
 
     every = sanitize_case.cases()
-    # quiet and busy, one warp and movers; mode tiled forced only with the movers
-    variants = {(b, t) for b in (False, True) for t in (False, True)}
-    assert {(c.busy, c.two) for c in every} == variants
+    # one warp and movers; mode tiled forced only with the movers
+    assert {c.two for c in every} == {False, True}
     assert all(c.two for c in every if c.tiled)
-    assert sum(c.tiled for c in every) == 2
-    assert all(c.two and c.dtype == torch.float32 for c in every if c.sweep)
-    assert {(c.busy, c.fused) for c in every if c.sweep} == variants - {(False, False)}
+    assert sum(c.tiled for c in every) == 1
+    sweep = [c for c in every if c.sweep]
+    assert all(c.two and c.dtype == torch.float32 for c in sweep)
+    assert all(c.D <= geometry.SWEEP_MAX_D for c in sweep)
+    assert {c.fused for c in sweep} == {False, True}
     # every variant of the gradient warp (by feature tiles)
-    from sdtw.cuda import _kernels as K
-
-    assert {K.sweep_tiles(c.D) for c in every if c.sweep} == set(K.SWEEP_TILES)
-    # and g_y's paired reductions (whole chunks with D = 8 nt: D a multiple of 8, M > 32)
-    assert any(c.sweep and c.D % 8 == 0 for c in every)
+    assert {geometry.sweep_tiles(c.D) for c in sweep} == set(geometry.SWEEP_TILES)
+    # and g_y's paired reductions on whole chunks (D = 8 nt, D a multiple of 8; M = 45 > 32),
+    # for each variant
+    assert {geometry.sweep_tiles(c.D) for c in sweep if c.D % 8 == 0} == set(geometry.SWEEP_TILES)
     assert {c.dtype for c in every} == {torch.float32, torch.float64}
+    assert {c.dtype for c in every if c.two and not c.sweep} == {torch.float32, torch.float64}
+    # each case's overrides are ones that sdtw.cuda.config.overrides takes
+    from sdtw.cuda.config import overrides
+
+    for case in every:
+        with overrides(**case.forced()) as forced:
+            assert forced.sweep_grads == case.sweep
+            assert forced.mover == forced.backward_mover == case.two
     assert sanitize_case.cases(only_mover=True) == [c for c in every if c.two]
     sanitize_case.main(["--list"])
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(every) and lines[0].startswith("0: quiet, one warp, fused")
+    assert len(lines) == len(every) and lines[0].startswith("0: one warp, fused")
     with pytest.raises(SystemExit):
         sanitize_case.main(["--case", str(len(every))])
 
