@@ -13,8 +13,8 @@ Labels are the kernel specs' (``forward-hilo-f32-mover``, ``backward-f32``, ``pa
 ``--list`` lists them): every spec that :func:`sdtw.cuda.kernels.registry.production_specs`
 returns, the variants the tuning rules can choose.  Numba compiles a kernel's PTX for compute
 capability ``--cc`` on the CPU (its NVVM needs no driver), ``ptxas`` assembles it (``-v``:
-registers, spills, shared memory) and ``nvdisasm`` disassembles the cubin.  Printed per kernel: ptxas' resource line, the static instruction count by opcode, and
-for each loop (a label that a later branch jumps back to) its body's opcodes.  ``--out`` keeps
+registers, spills, shared memory) and ``nvdisasm`` disassembles the cubin.  Printed per
+kernel: ptxas' resource line, the static instruction count by opcode, and for each loop (a label that a later branch jumps back to) its body's opcodes.  ``--out`` keeps
 the PTX and SASS.  Static counts are not dynamic ones: a loop body runs as often as its trip
 count, the rest once per block.
 

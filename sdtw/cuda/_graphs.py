@@ -2,7 +2,7 @@
 
 At small sizes a soft-DTW call from x and y is bound by the host, not the GPU: on the H200
 machine the Python, the three Numba launches and the torch ops of a fused call with gradients
-take 0.5-0.6 ms of host time (``probe --hostsplit``), while its kernels take 0.1 ms at
+take 0.5-0.6 ms of host time, while its kernels take 0.1 ms at
 B = 32, N = 128 and 0.5 ms at N = 512.  So :func:`call` captures the whole GPU side of a call
 (the kernels, the gradient matmuls, the buffers' fills) in a ``torch.cuda.CUDAGraph`` once the
 same *key* has run eagerly :data:`CAPTURE_AFTER` times, and from then on a call with that key

@@ -9,7 +9,7 @@ step's value with a plain (predicated) store, which writes through to L2 (an ato
 per step measured ~2x slower, its return value serialising the producer); the consumer reads a
 group of ``G`` columns at a time, one group ahead, with ``ld.relaxed.gpu`` loads (L2, never a
 stale L1 line) and a warp vote, so neither side waits on a counter.  On the H200 the band below
-runs 37-46 steps behind the band above (per-block timer stamps), the minimum being 32.
+trails the band above by 37-46 steps (per-block timer stamps), the minimum being 32.
 
 (A *quiet* form, publishing a group at a time from shared memory and reading by atomics, was
 the faster one on early kernels at few blocks per SM; from 16 blocks up the per-step stores

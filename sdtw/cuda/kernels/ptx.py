@@ -67,7 +67,7 @@ def named_barriers(*ops: tuple[str, int]):
     barrier must all execute the same barrier instruction (others may arrive from anywhere).
     Our warps meet in that form only (one warp waits, the other arrives).  The non-aligned
     ``barrier.sync`` would allow any mix, but offline ptxas then merges the warps' paths (the
-    movers' kernels 1.4-1.7x longer, ``probe-dev.txt`` run 114)."""
+    movers' kernels 1.4-1.7x longer)."""
     text = " ".join(f"bar.{op} {barrier}, {2 * TB};" for op, barrier in ops)
 
     @intrinsic

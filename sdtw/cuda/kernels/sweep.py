@@ -110,7 +110,7 @@ def _operands(nt_max: int, sw: int):
         dropped), of the row halves' A fragments ``a`` and ``ng`` B fragments (``bh[n]``,
         ``bl[n]``), by kind: ``2 ng`` independent mma between two on the same accumulator.
         (The three products of one accumulator one after another, each waiting for the last,
-        left the tensor cores idle: offline SASS, HMMA pairs and NOPs; runs 124-128, the
+        left the tensor cores idle: offline SASS, HMMA pairs and NOPs; the
         backward 3.5-4x the one that writes E.)"""
         for n in range(ng):
             mma_acc(acc, 0, n0 + n, al0, bh[n, 0], bh[n, 1])
@@ -212,7 +212,7 @@ def _gy(nt_max: int, sw: int, mma3_group, split_b):
         below ``D`` (a whole chunk, ``D = 8 nt``): each position's two features as one
         :func:`red2` (an 8-byte aligned pair: ``D`` and ``f`` even), no tests.  (Four
         atomics with a test each took ~40 SASS instructions per accumulator tile, ~1340 of
-        the ~3200 per chunk at ``D = 64``: offline SASS of 13c8e8b.)"""
+        the ~3200 per chunk at ``D = 64``, offline SASS.)"""
         f = 8 * n + 2 * t
         for h in range(2):
             p = p0 + g + 8 * h
