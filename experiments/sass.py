@@ -14,9 +14,10 @@ Labels are the kernel specs' (``forward-hilo-f32-mover``, ``backward-f32``, ``pa
 returns, the variants the tuning rules can choose.  Numba compiles a kernel's PTX for compute
 capability ``--cc`` on the CPU (its NVVM needs no driver), ``ptxas`` assembles it (``-v``:
 registers, spills, shared memory) and ``nvdisasm`` disassembles the cubin.  Printed per
-kernel: ptxas' resource line, the static instruction count by opcode, and for each loop (a label that a later branch jumps back to) its body's opcodes.  ``--out`` keeps
-the PTX and SASS.  Static counts are not dynamic ones: a loop body runs as often as its trip
-count, the rest once per block.
+kernel: ptxas' resource line, the static instruction count by opcode, and for each loop (a
+label that a later branch jumps back to) its body's opcodes.  ``--out`` keeps the PTX and
+SASS.  Static counts are not dynamic ones: a loop body runs as often as its trip count, the
+rest once per block.
 
 ``--compile-all`` compiles the PTX of every production spec (Numba's typing, then NVVM; no
 ``ptxas``): the simulator runs the kernels as Python, so a typing error in a variant that no
