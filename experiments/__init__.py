@@ -6,6 +6,10 @@
   their devices, length limits, memory models and launch counters.
 * :mod:`experiments.run` -- ``python -m experiments.run --sweep NAME ...``: long-format CSVs
   with provenance under ``experiments/results/<machine>/``, and a summary table.
+* :mod:`experiments.load` -- the committed CSVs read back, for the figures
+  (:mod:`figures.make_figures`) and the report (:mod:`paper.make_report`).
+* :mod:`experiments.probes` -- ``python -m experiments.probes.NAME``: one GPU diagnostic per
+  open question (kernel times, first calls, the Triton gradients' rule, memory).
 
 Nothing here touches a GPU at import time.
 """

@@ -3,27 +3,25 @@
 # cases, probes, then benchmark sweeps.
 # Usage: bash experiments/gpu_run.sh OUTDIR [SWEEP ...]   (default sweeps: targets paper-grid gamma)
 # Writes OUTDIR/<sweep>.csv and OUTDIR/gpu-run.tar.gz, which holds those and tests.log,
-# sanitizer.log, probe.txt (experiments.probe, then --nograd: the forward without gradients),
-# steady.txt (probe --steady: host vs wall time
-# of a step; probe --hostsplit N: host time per function and to the first launch), kernels.txt
-# (probe --kernels N for N = 512, 1024, 2048: GPU time per kernel in a step) and sweeps.log
-# (the device tool returns at most 8 files); prints the summaries.
-# Each step has a time limit (seconds: SDTW_T_TESTS, SDTW_T_SANITIZER per tool, SDTW_T_PROBE,
-# SDTW_T_SWEEPS in all); a step cut short says so in its log.  SDTW_SKIP_TESTS=1 runs only the
-# sweeps; SDTW_SKIP_CHECKS=1 skips the sanitizer and the probes (tests, then sweeps);
-# SDTW_SKIP_SYNCCHECK=1 leaves out synccheck alone (one process per sanitize_case case, 23 of
-# them, ~10 s each on the H200, run 115; racecheck runs one process per case too); extra
-# run.py flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused", adding
+# sanitizer.log, probe.txt (experiments.probes.first_call: a process's first steps and the
+# kernel cache; experiments.probes.memory: a step's peak memory, forward and backward;
+# experiments.probes.tc_rule: the gradients from E by Triton against cuBLAS at N = 128-512),
+# kernels.txt (experiments.probes.kernels N for N = 512, 1024, 2048: GPU time per kernel in a
+# step) and sweeps.log (the device tool returns at most 8 files); prints the summaries.
+# Each step has a time limit (seconds: SDTW_T_TESTS, SDTW_T_SANITIZER per tool, SDTW_T_PROBE
+# per probe, SDTW_T_SWEEPS in all); a step cut short says so in its log.  SDTW_SKIP_TESTS=1
+# runs only the sweeps; SDTW_SKIP_CHECKS=1 skips the sanitizer and the probes (tests, then
+# sweeps); SDTW_SKIP_SYNCCHECK=1 leaves out synccheck alone (one process per sanitize_case
+# case, about 10 s each on the H200; racecheck runs one process per case too); extra run.py
+# flags go in SDTW_RUN_FLAGS (e.g. "--impl sdtw-fused --impl sdtw-unfused", adding
 # "--impl sdtw-fused-graph --impl sdtw-unfused-graph" for the CUDA-graph rows of targets and
-# paper-grid: without it the sweeps also time every baseline, far more than one call).  On the H200 the
-# tests take about 5.5 minutes (199 tests in 323 s in run 149, and the process's exit a few
-# seconds more; 245 s in run 93: the kernel-cache round trip compiles a small
-# step's kernels in fresh processes), and the sanitizer and probes, whose kernels then load
-# from the on-disk cache, a few more (before that cache, all of it took about 8 minutes, the
-# sanitizer alone ~3): with a 10-minute limit per device call, run the sweeps in a second
-# call: SDTW_SKIP_SWEEPS=1 in the first, SDTW_SKIP_TESTS=1 (or SDTW_SKIP_CHECKS=1, with the
-# tests again) in the second; our implementations' rows of a few sweeps fit in one call (run
-# 94: the forward rows of four sweeps and the barycenter rows in 163 s).
+# paper-grid: without it the sweeps also time every baseline, far more than one call).  On the
+# H200 the tests take about 5.5 minutes (the kernel-cache round trip compiles a small step's
+# kernels in fresh processes), and the sanitizer and probes, whose kernels then load from the
+# on-disk cache, a few more: with a 10-minute limit per device call, run the sweeps in a
+# second call: SDTW_SKIP_SWEEPS=1 in the first, SDTW_SKIP_TESTS=1 (or SDTW_SKIP_CHECKS=1,
+# with the tests again) in the second; our implementations' rows of a few sweeps fit in one
+# call (the forward rows of four sweeps and the barycenter rows took 163 s).
 # On a copy of the tree, set SDTW_GIT_SHA (and SDTW_GIT_DIRTY) to the code's commit: the copy's
 # own .git may lag it (see experiments.run).
 set -uo pipefail
@@ -47,7 +45,7 @@ limited() {  # limited SECONDS LOG CMD...: run CMD, appending to LOG; note a tim
 }
 if [ -z "${SDTW_GIT_SHA:-}" ]; then
     echo "gpu_run.sh: warning: SDTW_GIT_SHA is not set, so the CSVs record the SHA of this" \
-        "tree's .git, which in a copy sent to another machine may be stale (run 72)" >&2
+        "tree's .git, which in a copy sent to another machine may be stale" >&2
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
 if [ "${SDTW_SKIP_TESTS:-0}" != 1 ]; then
@@ -61,9 +59,9 @@ if [ "${SDTW_SKIP_TESTS:-0}" != 1 ] && [ "${SDTW_SKIP_CHECKS:-0}" != 1 ]; then
     limited "${SDTW_T_SANITIZER:-180}" "$out/sanitizer.log" compute-sanitizer --tool memcheck \
         --report-api-errors no python3 -m experiments.sanitize_case
     ncases=$(python3 -m experiments.sanitize_case --list | wc -l)
-    # racecheck took ~10 s per case on the H200 (run 118: 10 cases in 100 s): one process per
-    # case, so that a time limit cuts one case, not the rest; synccheck ends the process at
-    # the first kernel it flags: one process per case as well
+    # racecheck takes about 10 s per case on the H200: one process per case, so that a time
+    # limit cuts one case, not the rest; synccheck ends the process at the first kernel it
+    # flags: one process per case as well
     for k in $(seq 0 $((ncases - 1))); do
         echo "== racecheck sanitize_case --case $k" >> "$out/sanitizer.log"
         limited "${SDTW_T_SANITIZER:-180}" "$out/sanitizer.log" compute-sanitizer \
@@ -78,18 +76,18 @@ if [ "${SDTW_SKIP_TESTS:-0}" != 1 ] && [ "${SDTW_SKIP_CHECKS:-0}" != 1 ]; then
     fi
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|Barrier error|cut after" \
         "$out/sanitizer.log" | sort | uniq -c
-    limited "${SDTW_T_PROBE:-120}" "$out/probe.txt" python3 -m experiments.probe
-    limited "${SDTW_T_PROBE:-120}" "$out/probe.txt" python3 -m experiments.probe --nograd
-    limited "${SDTW_T_PROBE:-120}" "$out/steady.txt" python3 -m experiments.probe --steady
-    for n in 512 1024; do
-        limited "${SDTW_T_PROBE:-120}" "$out/steady.txt" python3 -m experiments.probe --hostsplit "$n"
+    for probe in first_call memory tc_rule; do
+        echo "== experiments.probes.$probe" >> "$out/probe.txt"
+        limited "${SDTW_T_PROBE:-120}" "$out/probe.txt" python3 -m "experiments.probes.$probe"
     done
     for n in 512 1024 2048; do
-        limited "${SDTW_T_PROBE:-120}" "$out/kernels-raw.txt" python3 -m experiments.probe --kernels "$n"
+        limited "${SDTW_T_PROBE:-120}" "$out/kernels-raw.txt" \
+            python3 -m experiments.probes.kernels "$n"
     done
     grep -E "^B=|cut after" "$out/kernels-raw.txt" > "$out/kernels.txt"
     rm -f "$out/kernels-raw.txt"
-    grep -E "^B=|cut after" "$out/steady.txt" "$out/kernels.txt" | grep -E "all kernels|wall|cut|step: "
+    grep -E "^B=|cut after" "$out/probe.txt" "$out/kernels.txt" |
+        grep -E "all kernels|first|peak|Triton|cut"
 fi
 if [ "${SDTW_SKIP_SWEEPS:-0}" != 1 ]; then
     args=()

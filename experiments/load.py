@@ -1,4 +1,5 @@
-"""Read the committed benchmark CSVs: shared by :mod:`paper.make_report` and the figures.
+"""Read the committed benchmark CSVs: shared by :mod:`paper.make_report` and
+:mod:`figures.make_figures`.
 
 Standard library only (plus :mod:`experiments.sweeps` for the planned grids), so the report
 can be regenerated and checked in the test environment, where pandas and matplotlib may be

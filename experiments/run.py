@@ -590,7 +590,7 @@ def measure_group(
     to back (:func:`_back_to_back`): their time per step is the row's ``back_to_back_ms``.
 
     The host's speed drifts within one process (on the H200 machine a host-bound step at
-    N = 128 took 0.47-0.91 ms in one sweep, ``probe-dev.txt`` run 77), so implementations
+    N = 128 took 0.47-0.91 ms in one sweep), so implementations
     timed one after the other could see different hosts; timed in turn they see the same
     drift, and their ratio means what it says.  Every implementation is warmed up and
     instrumented first, in order, and keeps its state (inputs, gradients, a captured graph)
@@ -673,7 +673,7 @@ def measure_barycenter(
         del solver
         # The solve's own calls warmed up too: one that runs out of iterations ends with an
         # objective without gradients, for the fused impl the fused forward without
-        # gradients, whose kernel is compiled on first use (run 92: 7.7 s of the timed solve).
+        # gradients, whose kernel is compiled on first use (it had taken 7.7 s of the timed solve).
         impl.solve_barycenter(X, cfg.gamma, _SOLVE_WARMUP, mode == barycenter.EARLY_STOP)
         _sync(device)
         total = _time_ms(solve, device)
@@ -929,7 +929,7 @@ def _turn_groups(names: list[str]) -> list[list[str]]:
     the replay, and that takes longer right after another implementation's eager step: on the
     H200 at B = 32, N = 128, D = 64 the fused whole-step replay took 0.118 ms timed alone,
     0.110-0.117 in turn with the unfused one and 0.167-0.168 in turn with all six sdtw
-    implementations (``probe-dev.txt`` run 90).  Eager steps are timed in turn with eager
+    implementations.  Eager steps are timed in turn with eager
     steps, which are host-bound alike at small N."""
     eager = [n for n in names if not IMPLS[n].graphed]
     graphed = [n for n in names if IMPLS[n].graphed]

@@ -1,11 +1,11 @@
 """Small fused and unfused steps, and fused forwards without gradients, for compute-sanitizer
-(memcheck, racecheck, synccheck): every kernel (park, the five forward modes, backward), in
-both the *quiet* and the *busy* variant (``sdtw.cuda._launch.busy``), the forward and the
-backward with and without their mover warps (``sdtw.cuda._launch.mover``,
-``backward_mover``); with the movers, the fused float32 forward with gradients from parked
-distances (mode ``hilo``, the default) and with its distance warp (``FORCE_TILED``, mode
-``tiled``: without gradients it takes that mode with the movers or without); and with the
-gradients wrt x and y from the backward's sweep (``FORCE_SWEEP_GRADS``, its gradient warp).
+(memcheck, racecheck, synccheck): every kernel (park, the forward modes, backward) with one
+warp per band and with the mover warps (:func:`sdtw.cuda.policy.forward_mover`: mode ``hilo``,
+the fused float32 forward with gradients; :func:`sdtw.cuda.policy.backward_mover`: the
+backward, both dtypes); with the movers also mode ``tiled`` with gradients
+(``overrides(tiled=True)``; without gradients the rule takes it on a GPU) and the gradients wrt
+x and y from the backward's sweep (``overrides(sweep_grads=True)``, its gradient warp: float32,
+``D <= 16``).  Each case forces its variants with :func:`sdtw.cuda.config.overrides`.
 
 ``compute-sanitizer --tool memcheck python3 -m experiments.sanitize_case [mover] [--case K]``
 
@@ -23,81 +23,71 @@ import torch
 
 
 class Case(NamedTuple):
-    """One step: the launch variants forced (``busy``: the busy kernels; ``two``: the mover
-    warps), then the softdtw options."""
+    """One step: the variants forced (``two``: the mover warps; ``tiled``: mode tiled with
+    gradients too; ``sweep``: the gradients from the backward's sweep), then the softdtw
+    options."""
 
-    busy: bool
     two: bool
     fused: bool
     D: int
     dtype: torch.dtype
-    tiled: bool  # FORCE_TILED: mode tiled with gradients too
-    sweep: bool = False  # FORCE_SWEEP_GRADS: the gradients from the backward's sweep
+    tiled: bool = False
+    sweep: bool = False
 
     def label(self) -> str:
         kind = "fused" if self.fused else "unfused"
         dt = str(self.dtype).removeprefix("torch.")
         extra = ", tiled forced" if self.tiled else ""
         extra += ", gradients in the sweep" if self.sweep else ""
-        return (
-            f"{'busy' if self.busy else 'quiet'}, {'movers' if self.two else 'one warp'}, "
-            f"{kind}, D={self.D}, {dt}{extra}"
+        return f"{'movers' if self.two else 'one warp'}, {kind}, D={self.D}, {dt}{extra}"
+
+    def forced(self) -> dict:
+        """The :func:`sdtw.cuda.config.overrides` of this case.  One warp: every DP kernel
+        without its mover, so the fused float32 forward without gradients takes mode
+        ``fused`` (mode ``tiled`` always has one).  The gradients come from E unless the case
+        is a sweep case (a GPU's rule would take the sweep for float32 ``D <= 16``)."""
+        if not self.two:
+            return dict(mover=False, backward_mover=False, tiled=False, sweep_grads=False)
+        return dict(
+            mover=True,
+            backward_mover=True,
+            tiled=True if self.tiled else None,
+            sweep_grads=self.sweep,
         )
 
 
 def cases(only_mover: bool = False) -> list[Case]:
     """Every case, in the order the whole run takes them: fused float32 (the park and the hilo
-    forward, and without gradients mode tiled; D = 20: a full pass of its distance warp and a
-    tail), unfused float32, fused float64 (the park and the split forward; D = 20: two
-    passes); with the movers also mode tiled with gradients (``FORCE_TILED``)."""
-    out = []
-    for busy, two in ((False, False), (True, False), (False, True), (True, True)):
-        if only_mover and not two:
-            continue
-        shapes = [(True, 5, torch.float32, False), (False, 5, torch.float32, False)]
-        shapes += [(True, 20, torch.float64, False), (True, 20, torch.float32, False)]
-        if two:
-            shapes.append((True, 20, torch.float32, True))
-        out += [Case(busy, two, *s) for s in shapes]
-    # the gradients from the backward's sweep (its gradient warp, forced), last so that the
-    # other cases keep their numbers; D = 20, 5, 12, 44: each of its variants by feature
-    # tiles (sdtw.cuda._kernels.sweep_tiles: 4, 1, 2, 8), 16-byte copies and 4-byte ones;
-    # D = 16, 64: D a multiple of 8, g_y's paired reductions (gy_out_full) on whole chunks
+    forward, and without gradients mode fused or tiled; D = 20: a full pass of the distance
+    warp and a tail), unfused float32, fused float64 (the park and the split forward; D = 20:
+    two passes); with the movers also mode tiled with gradients, then the in-sweep gradients."""
+    shapes = [(True, 5, torch.float32), (False, 5, torch.float32)]
+    shapes += [(True, 20, torch.float64), (True, 20, torch.float32)]
+    out = [Case(two, *s) for two in (False, True) for s in shapes if two or not only_mover]
+    out.append(Case(True, True, 20, torch.float32, tiled=True))
+    # the gradient warp's variants by feature tiles (sdtw.cuda.kernels.geometry.sweep_tiles:
+    # D = 5, 8 one tile, D = 12, 16 two), and g_y's paired reductions on whole chunks (D a
+    # multiple of 8: D = 8, 16; M = 45 > 32), fused and unfused
     out += [
-        Case(busy, True, fused, D, torch.float32, False, True)
-        for busy, fused, D in (
-            (False, True, 20),
-            (True, False, 20),
-            (True, True, 5),
-            (False, True, 12),
-            (True, True, 44),
-            (False, True, 16),
-            (True, False, 64),
-        )
+        Case(True, fused, D, torch.float32, sweep=True)
+        for fused, D in ((True, 5), (False, 5), (True, 8), (True, 12), (False, 16))
     ]
     return out
 
 
 def run(case: Case) -> None:
     """A step with gradients and a forward without them, on fresh inputs (B = 2, N = 70,
-    M = 45, band 30, gamma 0.1)."""
+    M = 45, band 30, gamma 0.1), under the case's overrides."""
     import sdtw
-    from sdtw.cuda import _launch
+    from sdtw.cuda.config import overrides
 
-    _launch.FORCE_BUSY = case.busy
-    _launch.FORCE_MOVER = _launch.FORCE_BACKWARD_MOVER = case.two
-    _launch.FORCE_TILED = True if case.tiled else None
-    _launch.FORCE_SWEEP_GRADS = True if case.sweep else None
-    try:
+    with overrides(**case.forced()):
         x = torch.randn(2, 70, case.D, device="cuda", dtype=case.dtype, requires_grad=True)
         y = torch.randn(2, 45, case.D, device="cuda", dtype=case.dtype, requires_grad=True)
         loss = sdtw.softdtw(x, y, gamma=0.1, fused=case.fused, bandwidth=30, backend="cuda")
         loss.sum().backward()
         with torch.no_grad():
             sdtw.softdtw(x, y, gamma=0.1, fused=case.fused, bandwidth=30, backend="cuda")
-    finally:
-        _launch.FORCE_BUSY = _launch.FORCE_MOVER = _launch.FORCE_BACKWARD_MOVER = None
-        _launch.FORCE_TILED = _launch.FORCE_SWEEP_GRADS = None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -66,7 +66,7 @@ def specs() -> dict:
 
 
 def signature(spec) -> str:
-    """A kernel's argument types as its launcher passes them (:mod:`sdtw.cuda._launch`)."""
+    """A kernel's argument types as the library's launchers pass them."""
     from sdtw.cuda.kernels import FUSED, TILED, BackwardSpec, ForwardSpec
 
     if isinstance(spec, ForwardSpec):
@@ -98,17 +98,9 @@ def max_regs(spec) -> int | None:
 
 def ptx_of(spec, cc: tuple[int, int]) -> str:
     """The PTX of ``spec``'s kernel for ``cc`` (compiled here, never from the disk cache)."""
-    from numba import cuda
-    from numba.core import sigutils
-
-    from sdtw.cuda import _private
     from sdtw.cuda.kernels import registry
 
-    _private.fake_device(cc)
-    kernel = registry._build(spec)
-    sig = sigutils.normalize_signature(f"void({signature(spec)})")[0]
-    ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc)
-    return ptx
+    return registry.compile_ptx(spec, signature(spec), cc)
 
 
 def find_tool(name: str) -> str | None:
@@ -235,7 +227,7 @@ def _pool_map(fn, jobs: list) -> list:
 def compile_all(cc: tuple[int, int]) -> int:
     """Every production spec's PTX for ``cc``: 0 all compiled; 1 some failed (printed); 2 no
     NVVM or NVRTC here (numba-cuda asks NVRTC which architectures it may compile for)."""
-    from sdtw.cuda._launch import missing_toolkit
+    from sdtw.cuda import missing_toolkit
 
     results = _pool_map(_ptx_job, [(label, cc) for label in specs()])
     failed = [(label, err) for label, err in results if err is not None]

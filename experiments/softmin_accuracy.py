@@ -6,12 +6,12 @@ Usage
 
     python -m experiments.softmin_accuracy [--seed S] [--n 512] [--m 512 400]
 
-The forward kernel's step (:func:`sdtw.cuda._kernels._softmin3_fast`) forms the diagonal and
-left terms relative to the smaller of the two while the upper value travels, and lets the upper
-value in through one exponent of ``-|t|`` (see the note above ``_softmin3``).  Up to git
-cdb64ea all three exponents were taken relative to the minimum of all three, after the upper
-value had arrived.  This script runs both forms over whole tables, anti-diagonal by
-anti-diagonal:
+The forward kernel's step (:func:`sdtw.cuda.kernels.recurrence.softmin3_fast`) forms the
+diagonal and left terms relative to the smaller of the two while the upper value travels, and
+lets the upper value in through one exponent of ``-|t|`` (see the note above
+:func:`~sdtw.cuda.kernels.recurrence.softmin3`).  The earlier form took all three exponents
+relative to the minimum of all three, after the upper value had arrived.  This script runs
+both forms over whole tables, anti-diagonal by anti-diagonal:
 
 * float64 R;
 * every exponent rounded to float32;

@@ -60,7 +60,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullLocator
 
-from paper.results import (
+from experiments.load import (
     REPO,
     RESULTS,
     Results,
@@ -630,10 +630,11 @@ TC_SERIES = {
 
 
 def _tc_points(rows: list[dict[str, str]]) -> dict[str, dict[int, float]]:
-    """D -> us per series at B = 32, N = M = 512, at the settings ``_tc_grads._settings``
-    picks there (SMALL up to D = 64, LARGE above); where D is a multiple of 16, the kernel
-    with and without the hint is one (Triton knows such D itself).  A D measured in several
-    runs takes the last run's value (the CSV is in run order)."""
+    """D -> us per series at B = 32, N = M = 512, at the settings
+    :func:`sdtw.cuda.policy.tc_settings` picks there (``TC_SMALL`` up to D = 64, ``TC_LARGE``
+    above); where D is a multiple of 16, the kernel with and without the hint is one (Triton
+    knows such D itself).  A D measured in several runs takes the last run's value (the CSV is
+    in run order)."""
     points: dict[str, dict[int, float]] = {k: {} for k in TC_SERIES}
     for r in rows:
         if (r["B"], r["N"], r["M"]) != ("32", "512", "512"):
@@ -655,7 +656,7 @@ def _tc_points(rows: list[dict[str, str]]) -> dict[str, dict[int, float]]:
 def figure_tc_grads(results: Results, out: Path) -> list[Path]:
     """Both float32 gradients from E against D at B = 32, N = M = 512: the Triton kernel
     with and without the multiple-of-4 hint, and cuBLAS's float32 form (GPU time of CUDA-graph
-    replays, ``probe --gradsizes`` and run 155's cases)."""
+    replays of the gradients alone, ``tc-grads-align/gradsizes.csv``)."""
     path = results.folder / "tc-grads-align" / "gradsizes.csv"
     if not path.exists():
         print("tc-grads: SKIPPED — no tc-grads-align/gradsizes.csv in the results folder")

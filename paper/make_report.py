@@ -7,11 +7,12 @@ Usage
     python -m paper.make_report [--results DIR] [--out FILE] [--check]
 
 Every measured number in the report is read from the committed CSVs under
-``experiments/results/<machine>/`` (:class:`paper.results.Results`).  The only numbers typed
-in are the ones we cite, all in :data:`CITED`, each with its source: the authors' published
-benchmark (their CSV, verbatim, and their README headline) and the measurements of the authors'
-released code on our H200 (``PAPER.md``).  The verdict of each research question is computed
-from those numbers by the rules in :func:`verdicts`, so a change of results changes the text.
+``experiments/results/<machine>/`` (:class:`experiments.load.Results`).  The only numbers
+typed in are the ones we cite, all in :data:`CITED`, each with its source: the authors'
+published benchmark (their CSV, verbatim, and their README headline) and the measurements of
+the authors' released code on our H200 (``PAPER.md``).  The verdict of each research question
+is computed from those numbers by the rules in :func:`verdicts`, so a change of results
+changes the text.
 
 The report is plain text generated deterministically (no dates, no absolute paths): a rerun
 on any machine gives the same bytes; ``--check`` exits 1 when the file on disk differs
@@ -33,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from paper.results import (
+from experiments.load import (
     BARYCENTER,
     BARYCENTER_MODES,
     EARLY_STOP,

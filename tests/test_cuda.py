@@ -367,6 +367,7 @@ def test_sim_softmin3_against_exact(rng, fast):
     """The DP step's soft-min (the diagonal and left terms relative to the smaller of the two,
     the upper value through one exponent of -|t|) against the textbook form on fresh triples
     of either order and gaps up to ~200, and its +inf / NaN / invalid-cell cases."""
+    from sdtw.cuda.kernels import geometry
     from sdtw.cuda.kernels import recurrence as K
 
     f64 = np.float64
@@ -374,7 +375,7 @@ def test_sim_softmin3_against_exact(rng, fast):
 
     def call(r_diag, r_left, up, cost, ok=True):
         m2 = K.min2(f64(r_diag), f64(r_left))
-        mm2 = K.min2(K.min2(f64(r_diag), K.BIG), f64(r_left))
+        mm2 = K.min2(K.min2(f64(r_diag), geometry.BIG), f64(r_left))
         r, pd, pu = softmin(f64(r_diag), f64(r_left), m2, mm2, f64(up), f64(cost), ok)
         return float(r), float(pd), float(pu)
 
@@ -412,9 +413,10 @@ def test_sim_softmin_accuracy_script_emulates_the_kernel(rng):
     same values and weights (to float32 rounding of its exponentials) on fresh triples with
     +inf among them, so the accuracy it reports is the kernel's arithmetic."""
     from experiments import softmin_accuracy as S
+    from sdtw.cuda.kernels import geometry
     from sdtw.cuda.kernels import recurrence as K
 
-    assert S.BIG == K.BIG
+    assert S.BIG == geometry.BIG
     v = rng.uniform(-50.0, 50.0, (3, 300))
     v[:, :30] = math.inf
     v[0, 30:60] = v[2, 60:90] = math.inf
@@ -426,7 +428,7 @@ def test_sim_softmin_accuracy_script_emulates_the_kernel(rng):
             K.softmin3_fast(
                 *(
                     np.float64(a)
-                    for a in (d, left, K.min2(d, left), K.min2(K.min2(d, K.BIG), left))
+                    for a in (d, left, K.min2(d, left), K.min2(K.min2(d, geometry.BIG), left))
                 ),
                 np.float64(u),
                 np.float64(c),

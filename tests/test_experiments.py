@@ -532,6 +532,62 @@ def test_sanitizer_cases_cover_every_variant_and_list_without_a_gpu(
         sanitize_case.main(["--case", str(len(every))])
 
 
+def _probe_names() -> list[str]:
+    import pkgutil
+
+    from experiments import probes
+
+    return sorted(m.name for m in pkgutil.iter_modules(probes.__path__))
+
+
+@pytest.mark.parametrize("name", _probe_names())
+def test_probe_parses_its_command_line_and_needs_a_gpu(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m experiments.probes.NAME --help`` shows the probe's question without a GPU;
+    where there is none, ``main([])`` returns 2 and says why."""
+    import importlib
+
+    probe = importlib.import_module(f"experiments.probes.{name}")
+    with pytest.raises(SystemExit) as exc:
+        probe.main(["--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert f"python -m experiments.probes.{name}" in out
+    assert probe.__doc__.splitlines()[0] in out
+    if torch.cuda.is_available():
+        return
+    assert probe.main([]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_probes_are_the_open_questions() -> None:
+    assert _probe_names() == ["first_call", "kernels", "memory", "tc_rule"]
+
+
+def test_the_harness_uses_public_sdtw_names_only() -> None:
+    """No private sdtw name (``sdtw._x``, ``sdtw.cuda._x``, ``from sdtw.cuda import _x``, the
+    removed ``pairwise_cost``) in the harness's, baselines', figures', report's or examples'
+    code."""
+    import re
+
+    private = re.compile(
+        r"sdtw(\.\w+)*\._[a-z]|from sdtw[.\w]* import [^\n]*\b_[a-z]|pairwise_cost"
+    )
+    files = [
+        path
+        for folder in ("experiments", "baselines", "figures", "paper", "examples")
+        for path in sorted((REPO / folder).rglob("*.py"))
+    ]
+    hits = [
+        f"{path.relative_to(REPO)}:{n}: {line.strip()}"
+        for path in files
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if private.search(line)
+    ]
+    assert not hits, "\n".join(hits)
+
+
 def test_merge_replaces_matching_rows_and_keeps_the_rest(tmp_path: Path) -> None:
     from experiments import merge
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from experiments.load import RESULTS, Results
 from paper import make_report
-from paper.results import RESULTS, Results
 
 REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "paper" / "REPRODUCTION.md"
@@ -212,10 +212,9 @@ def test_rq4_summarises_barycenter_csv(tmp_path: Path) -> None:
 
 
 def test_barycenter_modes_and_recipe_match_their_sources() -> None:
-    from experiments import barycenter
-    from paper import results
+    from experiments import barycenter, load
 
-    assert results.BARYCENTER_MODES == barycenter.MODES
+    assert load.BARYCENTER_MODES == barycenter.MODES
     recipe = make_report.CITED["claims"]["RQ4_recipe"]
     assert (recipe["lr"], recipe["max_iter"]) == (barycenter.LR, barycenter.MAX_ITER)
     if SHARED.exists():
@@ -293,8 +292,8 @@ def test_figures_render_deterministically(tmp_path: Path) -> None:
 def test_processes_figure_skips_without_its_csvs(tmp_path: Path, capsys) -> None:
     """A results folder without ``targets-processes/`` draws nothing and says so."""
     pytest.importorskip("matplotlib")
+    from experiments.load import Results
     from figures import make_figures
-    from paper.results import Results
 
     assert make_figures.figure_processes(Results(tmp_path), tmp_path / "out") == []
     assert "SKIPPED" in capsys.readouterr().out
@@ -303,8 +302,8 @@ def test_processes_figure_skips_without_its_csvs(tmp_path: Path, capsys) -> None
 def test_tc_grads_figure_skips_without_its_csv(tmp_path: Path, capsys) -> None:
     """A results folder without ``tc-grads-align/gradsizes.csv`` draws nothing and says so."""
     pytest.importorskip("matplotlib")
+    from experiments.load import Results
     from figures import make_figures
-    from paper.results import Results
 
     assert make_figures.figure_tc_grads(Results(tmp_path), tmp_path / "out") == []
     assert "SKIPPED" in capsys.readouterr().out

@@ -94,6 +94,7 @@ __all__ = [
     "graphs_enabled",
     "import_numba_cuda",
     "launch_counts",
+    "missing_toolkit",
     "needs_grad",
     "policy",
     "set_graphs",
@@ -119,6 +120,17 @@ def import_numba_cuda():
     from numba import cuda
 
     return cuda
+
+
+#: What in a compile error says that a piece of the CUDA toolkit is missing (numba-cuda needs
+#: NVVM and libdevice to compile, and NVRTC for the architectures it may compile for).
+_TOOLKIT_PIECES = {"nvvm": "NVVM", "nvrtc": "NVRTC", "libdevice": "libdevice"}
+
+
+def missing_toolkit(text: str) -> list[str]:
+    """The pieces of the CUDA toolkit that an error message says are missing (none: [])."""
+    text = text.lower()
+    return [name for key, name in _TOOLKIT_PIECES.items() if key in text]
 
 
 def launch_counts():

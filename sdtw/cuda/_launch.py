@@ -12,7 +12,7 @@ from collections import Counter
 
 import torch
 
-from sdtw.cuda import _private, policy
+from sdtw.cuda import _private, missing_toolkit, policy
 from sdtw.cuda import kernels as K
 from sdtw.cuda._private import View, flat
 from sdtw.cuda.config import CONFIG
@@ -26,7 +26,6 @@ __all__ = [
     "forward_backward",
     "forward_grads",
     "launch_counts",
-    "missing_toolkit",
     "sqeuclidean",
     "storage_dtype",
 ]
@@ -38,16 +37,6 @@ launch_counts: Counter = Counter()
 
 _streams: dict[int, tuple] = {}
 _launchers: dict[tuple, _private.Launcher] = {}
-
-#: What in a compile error says that a piece of the CUDA toolkit is missing (numba-cuda needs
-#: NVVM and libdevice to compile, and NVRTC for the architectures it may compile for).
-_TOOLKIT_PIECES = {"nvvm": "NVVM", "nvrtc": "NVRTC", "libdevice": "libdevice"}
-
-
-def missing_toolkit(text: str) -> list[str]:
-    """The pieces of the CUDA toolkit that an error message says are missing (none: [])."""
-    text = text.lower()
-    return [name for key, name in _TOOLKIT_PIECES.items() if key in text]
 
 
 def _toolkit_error(exc: Exception) -> Exception:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from numba import float32, float64
 
+from sdtw.cuda.kernels import specs
 from sdtw.cuda.kernels.geometry import INF
 from sdtw.cuda.kernels.jit import device
 from sdtw.cuda.kernels.primitives import exp2, fast_rcp, log2, narrow
@@ -138,5 +139,6 @@ class Recurrence:
 #: Soft-DTW (Cuturi and Blondel, 2017): one cost per cell, the same for all three transitions.
 SOFT_DTW = Recurrence("soft-dtw", softmin3, softmin3_fast)
 
-#: The recurrences a kernel spec may name.
+#: The recurrences by name (:data:`sdtw.cuda.kernels.specs.RECURRENCES` lists the names).
 RECURRENCES = {SOFT_DTW.name: SOFT_DTW}
+assert tuple(RECURRENCES) == specs.RECURRENCES

@@ -35,7 +35,15 @@ from sdtw.cuda.kernels.specs import (
     Spec,
 )
 
-__all__ = ["cache_counts", "disk_cache_problem", "get", "production_specs", "source_digest"]
+__all__ = [
+    "build",
+    "cache_counts",
+    "compile_ptx",
+    "disk_cache_problem",
+    "get",
+    "production_specs",
+    "source_digest",
+]
 
 #: Whether compiled kernels are kept on disk between processes.
 DISK_CACHE = CONFIG.kernel_cache and not SIMULATED and not LINEINFO
@@ -56,7 +64,9 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
-def _build(spec: Spec):
+def build(spec: Spec):
+    """A new dispatcher of ``spec``'s kernel (not kept, no disk cache: :func:`get` is the one
+    to launch)."""
     if isinstance(spec, ForwardSpec):
         from sdtw.cuda.kernels.forward import build
     elif isinstance(spec, BackwardSpec):
@@ -73,7 +83,7 @@ def get(spec: Spec):
         with _lock:
             kern = _kernels.get(spec)
             if kern is None:
-                kern = _build(spec)
+                kern = build(spec)
                 if DISK_CACHE:
                     _attach_cache(spec, kern)
                 _kernels[spec] = kern
@@ -102,10 +112,28 @@ def disk_cache_problem() -> str | None:
 
 
 def cache_counts() -> tuple[int, int]:
-    """The on-disk cache's hits and misses in this process so far, over the kernels built."""
+    """The on-disk cache's hits and misses in this process so far, over the kernels built
+    ((0, 0) under the simulator, which has no cache)."""
+    if SIMULATED:
+        return 0, 0
     kernels = list(_kernels.values())
     hits = sum(sum(k.stats.cache_hits.values()) for k in kernels)
     return hits, sum(sum(k.stats.cache_misses.values()) for k in kernels)
+
+
+def compile_ptx(spec: Spec, signature: str, cc: tuple[int, int]) -> str:
+    """The PTX of ``spec``'s kernel for the argument types ``signature`` (Numba's notation,
+    e.g. ``"f4[::1], i8"``) and compute capability ``cc``, compiled here without a GPU (the
+    offline SASS tool, ``python -m experiments.sass``).  Not under the simulator."""
+    from numba import cuda
+    from numba.core import sigutils
+
+    from sdtw.cuda import _private
+
+    _private.fake_device(cc)
+    sig = sigutils.normalize_signature(f"void({signature})")[0]
+    ptx, _ = cuda.compile_ptx(build(spec).py_func, sig, cc=cc)
+    return ptx
 
 
 def production_specs() -> list[Spec]:
