@@ -84,18 +84,6 @@ def signature(spec) -> str:
     return f"{f}[::1], {f}[::1], {f}[::1], i8, i8, i8"
 
 
-def max_regs(spec) -> int | None:
-    """ptxas' register cap standing in for the kernel's launch bound (Numba does not put it in
-    the PTX): 65536 / (blocks x threads) rounded down to 8."""
-    from sdtw.cuda.kernels import BackwardSpec, ParkSpec
-
-    if isinstance(spec, ParkSpec) and spec.f32:
-        return 128  # (128 threads, 4 blocks)
-    if isinstance(spec, BackwardSpec) and spec.grads:
-        return 168  # (96 threads, 4 blocks)
-    return None
-
-
 def ptx_of(spec, cc: tuple[int, int]) -> str:
     """The PTX of ``spec``'s kernel for ``cc`` (compiled here, never from the disk cache)."""
     from sdtw.cuda.kernels import registry
@@ -137,12 +125,12 @@ def sass_of(
     spec, cc: tuple[int, int], keep: Path | None = None, regs: int | None = None
 ) -> tuple[str, list[str]]:
     """The SASS of ``spec``'s kernel and ptxas' resource lines (``keep``: a folder for the
-    PTX, cubin and SASS; ``regs``: ptxas' register cap, default :func:`max_regs`)."""
+    PTX, cubin and SASS; ``regs``: a register cap for ptxas besides the kernel's launch bound,
+    which is in the PTX)."""
     out = keep or Path(tempfile.mkdtemp(prefix="sdtw-sass-"))
     ptx_path, cubin, sass_path = (out / f"{spec.label}.{ext}" for ext in ("ptx", "cubin", "sass"))
     ptx_path.write_text(ptx_of(spec, cc))
     cmd = [find_tool("ptxas"), f"-arch=sm_{cc[0]}{cc[1]}", "-O3", "-v", str(ptx_path)]
-    regs = max_regs(spec) if regs is None else regs
     if regs:
         cmd += ["--maxrregcount", str(regs)]
     res = subprocess.run([*cmd, "-o", str(cubin)], capture_output=True, text=True)
@@ -343,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
     for label in args.kernels:
         spec = known[label]
-        cap = max_regs(spec) if args.max_regs is None else args.max_regs
+        cap = args.max_regs
         sass, info = sass_of(spec, cc, args.out, cap)
         total, bodies = analyse(sass)
         regs = f", --maxrregcount {cap}" if cap else ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sdtw import distances
 from sdtw.band import band_offsets, sakoe_chiba_mask
-from sdtw.barycenter import softdtw_barycenter
+from sdtw.barycenter import softdtw_barycenter, softdtw_barycenter_cpu
 from sdtw.functional import softdtw, softdtw_from_cost
 from sdtw.module import SoftDTW
 from sdtw.reference import softdtw_reference
@@ -19,6 +19,7 @@ __all__ = [
     "sakoe_chiba_mask",
     "softdtw",
     "softdtw_barycenter",
+    "softdtw_barycenter_cpu",
     "softdtw_from_cost",
     "softdtw_reference",
 ]

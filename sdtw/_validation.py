@@ -1,7 +1,8 @@
 """Input validation, done once at the public entry points.
 
-Every error names the argument and shows the shapes involved.  Nothing here copies or
-modifies the inputs.
+Every error names the argument and shows what it got (the value and its type, or the shapes).
+Flags are read by type, never by truthiness: ``normalize="False"`` is an error, not ``True``.
+Nothing here copies or modifies the inputs.
 """
 
 from __future__ import annotations
@@ -10,55 +11,97 @@ import math
 import numbers
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 DISTANCES = ("sqeuclidean", "euclidean", "l1")
+#: Other spellings of the distance names (matched case-insensitively): the paper's library
+#: takes these.
+DISTANCE_ALIASES = {
+    "sq_euclidean": "sqeuclidean",
+    "squared_euclidean": "sqeuclidean",
+    "sqeuclid": "sqeuclidean",
+    "manhattan": "l1",
+    "cityblock": "l1",
+}
 BACKENDS = ("auto", "cpu", "cuda", "reference")
+#: The range of gamma.  The CUDA kernels run the DP in units of ``gamma / log2(e)`` and treat
+#: scaled values from 1e300 on as unreachable, so ``|R| / gamma`` must stay below ~1e299: down
+#: to 1e-200 that holds for any loss below ~1e99.  Up to 1e200 the values ``-gamma log(paths)``
+#: stay finite.
+GAMMA_MIN, GAMMA_MAX = 1e-200, 1e200
+
+
+def _got(value: object) -> str:
+    """``value`` as an error message shows it: its repr (shortened) and its type."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def check_flag(name: str, value: object) -> bool:
+    """A boolean argument: ``True`` or ``False`` (or a NumPy bool), nothing read by
+    truthiness (``"False"``, 1, a tensor)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {_got(value)}")
 
 
 def check_gamma(gamma: object) -> float:
-    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
-        raise TypeError(f"gamma must be a positive real number, got {type(gamma).__name__}")
+    if isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, numbers.Real):
+        raise TypeError(f"gamma must be a positive real number, got {_got(gamma)}")
     g = float(gamma)
     if not math.isfinite(g) or g <= 0.0:
         raise ValueError(f"gamma must be finite and > 0, got {gamma!r}")
+    if not GAMMA_MIN <= g <= GAMMA_MAX:
+        raise ValueError(
+            f"gamma must be between {GAMMA_MIN:g} and {GAMMA_MAX:g} (the DP's values divided by "
+            f"gamma must stay within float64's range), got {gamma!r}"
+        )
     return g
 
 
-def check_bandwidth(bandwidth: object) -> int | None:
+def check_bandwidth(bandwidth: object) -> float | int | None:
+    """The Sakoe-Chiba radius: a real number (cells with ``|i - j| <= bandwidth`` for N = M,
+    i.e. an integer radius of ``floor(bandwidth)``); ``None``, ``<= 0`` or ``inf``: no band.
+    A radius past the table's size is no band too (:func:`sdtw.band.band_offsets` clamps it)."""
     if bandwidth is None:
         return None
-    if isinstance(bandwidth, bool) or not isinstance(bandwidth, numbers.Integral):
-        if isinstance(bandwidth, numbers.Real) and float(bandwidth).is_integer():
-            bandwidth = int(bandwidth)
-        else:
-            raise TypeError(
-                f"bandwidth must be an int or None, got {bandwidth!r} ({type(bandwidth).__name__})"
-            )
-    b = int(bandwidth)
-    return b if b > 0 else None
+    if isinstance(bandwidth, (bool, np.bool_)) or not isinstance(bandwidth, numbers.Real):
+        raise TypeError(f"bandwidth must be a real number or None, got {_got(bandwidth)}")
+    if isinstance(bandwidth, numbers.Integral):
+        return int(bandwidth) if bandwidth > 0 else None
+    b = float(bandwidth)
+    if math.isnan(b):
+        raise ValueError(f"bandwidth must be a number or None, got {bandwidth!r}")
+    return b if 0.0 < b < math.inf else None
 
 
 def check_backend(backend: object) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    return str(backend)
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {_got(backend)}")
+    return backend
 
 
 def check_dist(dist: object) -> str | Callable:
+    """A distance name (any case; the aliases of :data:`DISTANCE_ALIASES` too) or a callable."""
     if callable(dist):
         return dist
-    if dist not in DISTANCES:
-        raise ValueError(
-            f"dist must be one of {DISTANCES} or a callable (x, y) -> (B, N, M), got {dist!r}"
-        )
-    return str(dist)
+    if isinstance(dist, str):
+        name = dist.strip().lower()
+        name = DISTANCE_ALIASES.get(name, name)
+        if name in DISTANCES:
+            return name
+    raise ValueError(
+        f"dist must be one of {DISTANCES} or a callable (x, y) -> (B, N, M), got {_got(dist)}"
+    )
 
 
 def check_fused(fused: object) -> bool | None:
-    if fused is None or isinstance(fused, bool):
-        return fused
-    raise TypeError(f"fused must be None, True or False, got {fused!r}")
+    if fused is None or isinstance(fused, (bool, np.bool_)):
+        return None if fused is None else bool(fused)
+    raise TypeError(f"fused must be None, True or False, got {_got(fused)}")
 
 
 def _check_float_tensor(name: str, t: object) -> torch.Tensor:
@@ -70,6 +113,14 @@ def _check_float_tensor(name: str, t: object) -> torch.Tensor:
             f"got {t.dtype} with shape {tuple(t.shape)}"
         )
     return t
+
+
+def _check_not_meta(name: str, t: torch.Tensor) -> None:
+    if t.device.type == "meta":
+        raise NotImplementedError(
+            f"{name} is on the 'meta' device (shape {tuple(t.shape)}): sdtw computes values, "
+            "it has no meta implementation"
+        )
 
 
 def check_sequences(x: object, y: object) -> tuple[torch.Tensor, torch.Tensor, bool]:
@@ -97,6 +148,7 @@ def check_sequences(x: object, y: object) -> tuple[torch.Tensor, torch.Tensor, b
         raise ValueError(
             f"x and y must be on the same device; got x on {x.device}, y on {y.device}"
         )
+    _check_not_meta("x", x)
     if xs[0] != ys[0]:
         raise ValueError(
             f"batch sizes differ: x {tuple(xs)} has B={xs[0]}, y {tuple(ys)} has B={ys[0]}"
@@ -113,6 +165,7 @@ def check_sequences(x: object, y: object) -> tuple[torch.Tensor, torch.Tensor, b
 def check_cost(cost: object) -> tuple[torch.Tensor, bool]:
     """Validate a cost tensor (B, N, M) or (N, M); return it batched and the unbatched flag."""
     cost = _check_float_tensor("cost", cost)
+    _check_not_meta("cost", cost)
     if cost.dim() not in (2, 3):
         raise ValueError(f"cost must be (B, N, M) or (N, M), got {tuple(cost.shape)}")
     unbatched = cost.dim() == 2
@@ -123,10 +176,39 @@ def check_cost(cost: object) -> tuple[torch.Tensor, bool]:
     return cost, unbatched
 
 
-def check_cost_shape(cost: torch.Tensor, B: int, N: int, M: int) -> None:
-    """A callable distance must return (B, N, M)."""
-    if not isinstance(cost, torch.Tensor) or tuple(cost.shape) != (B, N, M):
-        shape = tuple(cost.shape) if isinstance(cost, torch.Tensor) else type(cost).__name__
-        raise ValueError(
-            f"dist callable must return a tensor of shape (B, N, M) = {(B, N, M)}, got {shape}"
+def check_dist_result(cost: object, x: torch.Tensor, M: int) -> torch.Tensor:
+    """What a callable ``dist`` returned for x (B, N, D) and a y of length M: a floating
+    tensor of shape (B, N, M) on x's device (its dtype may differ from x's: the soft-DTW runs
+    on it as it is, and the loss comes back in x's dtype)."""
+    B, N = x.shape[0], x.shape[1]
+    if not isinstance(cost, torch.Tensor):
+        raise TypeError(f"dist callable must return a torch.Tensor, got {type(cost).__name__}")
+    if not cost.is_floating_point():
+        raise TypeError(
+            f"dist callable must return a floating tensor, got {cost.dtype} "
+            f"(shape {tuple(cost.shape)})"
         )
+    if tuple(cost.shape) != (B, N, M):
+        raise ValueError(
+            f"dist callable must return a tensor of shape (B, N, M) = {(B, N, M)}, "
+            f"got {tuple(cost.shape)}"
+        )
+    if cost.device != x.device:
+        raise ValueError(f"dist callable must return a tensor on {x.device}, got {cost.device}")
+    return cost
+
+
+def check_device(name: str, device: object) -> torch.device:
+    """A device argument that can hold tensors here (a CUDA device needs a CUDA GPU)."""
+    try:
+        dev = torch.device(device)
+    except (TypeError, RuntimeError) as exc:
+        raise ValueError(f"{name} must name a torch device, got {_got(device)} ({exc})") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"{name}={device!r} but no CUDA GPU is usable here (torch.cuda.is_available() is "
+            "False); pass device='cpu' or leave it None"
+        )
+    if dev.type == "meta":
+        raise NotImplementedError(f"{name}={device!r}: sdtw has no meta implementation")
+    return dev

@@ -7,27 +7,34 @@ collapse to two integer offsets ``lo, hi``:
 .. math::  -\\mathrm{lo} \\le j - i \\le \\mathrm{hi},\\qquad
            \\mathrm{lo} = r + \\max(N - M, 0),\\quad \\mathrm{hi} = r + \\max(M - N, 0).
 
-With ``N == M`` this is ``|i - j| <= r``.  Kernels take ``(lo, hi)``; "no band" is
-``lo = hi = N + M`` (every cell allowed).  The band always contains ``(0, 0)`` and
+With ``N == M`` this is ``|i - j| <= r``; a real radius counts by its integer part (the
+paper's library takes ``bandwidth=2.5`` as ``|i - j| <= 2.5``).  Kernels take ``(lo, hi)``;
+"no band" is ``lo = hi = N + M`` (every cell allowed).  The band always contains ``(0, 0)`` and
 ``(N - 1, M - 1)`` and a monotone path between them, so the loss stays finite.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 __all__ = ["band_offsets", "sakoe_chiba_mask"]
 
 
-def band_offsets(N: int, M: int, bandwidth: int | None) -> tuple[int, int]:
-    """Offsets ``(lo, hi)`` with cell ``(i, j)`` allowed iff ``-lo <= j - i <= hi``."""
-    if bandwidth is None or bandwidth <= 0:
+def band_offsets(N: int, M: int, bandwidth: float | None) -> tuple[int, int]:
+    """Offsets ``(lo, hi)`` with cell ``(i, j)`` allowed iff ``-lo <= j - i <= hi``.
+
+    ``bandwidth`` is a radius: a real number, whose integer part counts (``|i - j| <= 2.5``
+    is ``|i - j| <= 2``); ``None``, ``<= 0`` or ``inf`` is no band, and so is a radius past
+    the table (it is clamped, so 2**63 or 1e30 work)."""
+    if bandwidth is None or not bandwidth > 0 or bandwidth == math.inf:
         return N + M, N + M
-    r = int(bandwidth)
+    r = int(min(math.floor(bandwidth), N + M))
     return r + max(N - M, 0), r + max(M - N, 0)
 
 
-def sakoe_chiba_mask(N: int, M: int, bandwidth: int | None) -> np.ndarray:
+def sakoe_chiba_mask(N: int, M: int, bandwidth: float | None) -> np.ndarray:
     """Boolean mask ``(N, M)``, True where the cell is inside the band (tslearn's
     ``sakoe_chiba_mask(N, M, bandwidth)``; ``None`` or ``<= 0``: all True)."""
     lo, hi = band_offsets(N, M, bandwidth)

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from sdtw import _validation as V
 from sdtw.functional import softdtw
 
-__all__ = ["softdtw_barycenter"]
+__all__ = ["softdtw_barycenter", "softdtw_barycenter_cpu"]
 
 METHODS = ("adam", "lbfgs")
 #: Gradient-norm cap per barycenter (Adam only), as the paper's code.
@@ -328,6 +328,9 @@ def softdtw_barycenter(
     bandwidth = V.check_bandwidth(bandwidth)
     fused = V.check_fused(fused)
     backend = V.check_backend(backend)
+    verbose = V.check_flag("verbose", verbose)
+    early_stopping = V.check_flag("early_stopping", early_stopping)
+    return_history = V.check_flag("return_history", return_history)
     max_iter = _check_int("max_iter", max_iter, 1)
     patience = _check_int("patience", patience, 1)
     lr = _check_real("lr", lr, positive=True)
@@ -355,7 +358,7 @@ def softdtw_barycenter(
         out_dtype = torch.promote_types(out_dtype, dt)
     # Optimise in float32 at least: Adam's moments and the L-BFGS history lose too much in half.
     dtype = torch.promote_types(out_dtype, torch.float32)
-    device = torch.device(device) if device is not None else first.device
+    device = V.check_device("device", device) if device is not None else first.device
     w_groups = _parse_weights(weights, sizes, grouped)
 
     if length is not None:
@@ -654,3 +657,13 @@ def _lbfgs(
     finally:
         bar.close()
     return track.result()
+
+
+def softdtw_barycenter_cpu(X: torch.Tensor | Sequence, **kwargs):
+    """:func:`softdtw_barycenter` on the CPU (``device="cpu"``, ``backend="cpu"``): the
+    paper's library's name for its CPU path, with the same keywords as
+    :func:`softdtw_barycenter` but ``device`` and ``backend``."""
+    for name in ("device", "backend"):
+        if name in kwargs:
+            raise TypeError(f"softdtw_barycenter_cpu() takes no {name!r} (it is the CPU's)")
+    return softdtw_barycenter(X, device="cpu", backend="cpu", **kwargs)

@@ -16,6 +16,7 @@ above ``_backward_kernel``).
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import torch
@@ -158,6 +159,21 @@ _forward_serial = njit(nogil=True)(_forward_kernel)
 _backward_serial = njit(nogil=True)(_backward_kernel)
 
 
+# Numba's ``workqueue`` threading layer (what it falls back to without OpenMP or TBB) aborts
+# the process when two Python threads enter parallel kernels at once ("Concurrent access has
+# been detected").  A parallel kernel uses every core anyway, so calls of the parallel kernels
+# are serialised whatever the layer; the serial ones run concurrently.
+_PARALLEL = threading.Lock()
+
+
+def _run(kernel, serial: bool, *args) -> None:
+    if serial:
+        kernel(*args)
+        return
+    with _PARALLEL:
+        kernel(*args)
+
+
 def _serial(B: int, N: int, M: int) -> bool:
     return B == 1 or B * N * M <= SERIAL_MAX_CELLS
 
@@ -203,7 +219,7 @@ def cpu_forward(cost: np.ndarray, gamma: float, lo: int, hi: int) -> tuple[np.nd
     R = np.empty((B, N + 1, M + 1), dtype=np.float64)
     serial = _serial(B, N, M)
     kernel = _forward_serial if serial else _forward_parallel
-    kernel(cost, float(gamma), int(lo), int(hi), R, _group(B, serial))
+    _run(kernel, serial, cost, float(gamma), int(lo), int(hi), R, _group(B, serial))
     return R[:, N, M].copy(), R
 
 
@@ -242,8 +258,9 @@ def cpu_backward(R: np.ndarray, gamma: float, lo: int, hi: int, grad_out: np.nda
     assert R.ndim == 3 and grad_out.shape == R.shape[:1] and gamma > 0
     B, N1, M1 = R.shape
     E = np.empty((B, N1 - 1, M1 - 1), dtype=np.float64)
-    kernel = _backward_serial if _serial(B, N1 - 1, M1 - 1) else _backward_parallel
-    kernel(R, float(gamma), int(lo), int(hi), grad_out, E)
+    serial = _serial(B, N1 - 1, M1 - 1)
+    kernel = _backward_serial if serial else _backward_parallel
+    _run(kernel, serial, R, float(gamma), int(lo), int(hi), grad_out, E)
     return E
 
 

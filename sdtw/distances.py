@@ -81,9 +81,8 @@ _BY_NAME = {"sqeuclidean": sqeuclidean, "euclidean": euclidean, "l1": l1}
 
 def pairwise(x: torch.Tensor, y: torch.Tensor, dist: str | Callable) -> torch.Tensor:
     """Cost tensor (B, N, M) between x (B, N, D) and y (B, M, D): one of :data:`NAMES`, or a
-    callable called as ``dist(x, y)`` whose result must be (B, N, M)."""
+    callable called as ``dist(x, y)`` whose result must be a floating tensor of shape
+    (B, N, M) on x's device (any floating dtype)."""
     if callable(dist):
-        cost = dist(x, y)
-        V.check_cost_shape(cost, x.shape[0], x.shape[1], y.shape[1])
-        return cost
+        return V.check_dist_result(dist(x, y), x, y.shape[1])
     return _BY_NAME[dist](x, y)

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
 from sdtw import _validation as V
+from sdtw._autograd import guard
 from sdtw.band import band_offsets
 from sdtw.cpu import CPUSoftDTW
 from sdtw.distances import pairwise
@@ -58,7 +59,8 @@ BACKENDS = {
 class Options:
     """The validated settings of one call (or of a :class:`~sdtw.SoftDTW` module).
 
-    ``backend`` may still be ``"auto"`` here; :meth:`on` resolves it for a device.
+    ``backend`` may still be ``"auto"`` here; :func:`resolve_backend` resolves it per call (the
+    resolved name travels beside the options: a new frozen object per call costs host time).
     """
 
     gamma: float = 1.0
@@ -74,15 +76,11 @@ class Options:
         return cls(
             gamma=V.check_gamma(gamma),
             bandwidth=V.check_bandwidth(bandwidth),
-            normalize=bool(normalize),
+            normalize=V.check_flag("normalize", normalize),
             dist=V.check_dist(dist),
             fused=V.check_fused(fused),
             backend=V.check_backend(backend),
         )
-
-    def on(self, device: torch.device) -> Options:
-        """These options with the backend resolved for tensors on ``device``."""
-        return replace(self, backend=resolve_backend(self.backend, device))
 
 
 _cuda = None
@@ -128,13 +126,13 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def _cost_loss(cost: torch.Tensor, opts: Options) -> torch.Tensor:
+def _cost_loss(cost: torch.Tensor, opts: Options, backend: str) -> torch.Tensor:
     """Soft-DTW of a validated cost (B, N, M) on a resolved backend -> (B,)."""
     N, M = cost.shape[1], cost.shape[2]
-    if opts.backend == "reference":
+    if backend == "reference":
         return softdtw_reference(cost, opts.gamma, opts.bandwidth)
     lo, hi = band_offsets(N, M, opts.bandwidth)
-    if opts.backend == "cpu":
+    if backend == "cpu":
         if cost.device.type != "cpu":
             return CPUSoftDTW.apply(cost.cpu(), opts.gamma, lo, hi).to(cost.device)
         return CPUSoftDTW.apply(cost, opts.gamma, lo, hi)
@@ -150,15 +148,15 @@ def _fused_by_default(x: torch.Tensor, y: torch.Tensor) -> bool:
     return not cuda.cost_fits(B, N, M, x.dtype, x.device)
 
 
-def _pair_loss(x: torch.Tensor, y: torch.Tensor, opts: Options) -> torch.Tensor:
-    """Soft-DTW of validated batched sequences (no normalisation) on a resolved backend
-    -> (B,)."""
-    backend = BACKENDS[opts.backend]
+def _pair_loss(x: torch.Tensor, y: torch.Tensor, opts: Options, name: str) -> torch.Tensor:
+    """Soft-DTW of validated batched sequences (no normalisation) on the resolved backend
+    ``name`` -> (B,)."""
+    backend = BACKENDS[name]
     can_fuse = backend.fused and opts.dist == "sqeuclidean"
     if opts.fused is True and not can_fuse:
         raise ValueError(
             "fused=True needs dist='sqeuclidean' and the CUDA backend; "
-            f"got dist={opts.dist!r}, backend={opts.backend!r}"
+            f"got dist={opts.dist!r}, backend={name!r}"
         )
     if can_fuse:  # fused or not, the CUDA kernels build the squared distances
         fused = _fused_by_default(x, y) if opts.fused is None else opts.fused
@@ -168,24 +166,28 @@ def _pair_loss(x: torch.Tensor, y: torch.Tensor, opts: Options) -> torch.Tensor:
         # The CPU paths work in float64 anyway: build the cost there too, so float32
         # inputs lose nothing to float32 rounding of the distances.
         cost = pairwise(x.double(), y.double(), opts.dist)
-        return _cost_loss(cost, opts).to(x.dtype)
-    return _cost_loss(pairwise(x, y, opts.dist), opts)
+        return _cost_loss(cost, opts, name).to(x.dtype)
+    out = _cost_loss(pairwise(x, y, opts.dist), opts, name)  # (a callable's: any float dtype)
+    return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
 def softdtw_options(x: torch.Tensor, y: torch.Tensor, opts: Options) -> torch.Tensor:
     """:func:`softdtw` with validated :class:`Options` (the module's entry: its settings were
     validated at construction)."""
     x, y, unbatched = V.check_sequences(x, y)
-    opts = opts.on(x.device)
+    name = resolve_backend(opts.backend, x.device)
+    if name != "cuda":  # (the CUDA path refuses a double backward in its own node)
+        x, y = guard(x, name), guard(y, name)
     if not opts.normalize:
-        out = _pair_loss(x, y, opts)
+        out = _pair_loss(x, y, opts, name)
     elif x.shape[1] == y.shape[1]:
         # One launch for the three terms: stack (x, y), (x, x), (y, y) along the batch.
         B = x.shape[0]
-        both = _pair_loss(torch.cat([x, x, y]), torch.cat([y, x, y]), opts)
+        both = _pair_loss(torch.cat([x, x, y]), torch.cat([y, x, y]), opts, name)
         out = both[:B] - 0.5 * (both[B : 2 * B] + both[2 * B :])
     else:
-        out = _pair_loss(x, y, opts) - 0.5 * (_pair_loss(x, x, opts) + _pair_loss(y, y, opts))
+        selfs = _pair_loss(x, x, opts, name) + _pair_loss(y, y, opts, name)
+        out = _pair_loss(x, y, opts, name) - 0.5 * selfs
     return out[0] if unbatched else out
 
 
@@ -250,7 +252,12 @@ def softdtw(
     Returns
     -------
     Tensor, shape (B,), or a 0-dim tensor for unbatched inputs; x's dtype.
-    Differentiable with respect to x and y.  NaN in the inputs gives NaN.
+    Differentiable with respect to x and y (once: a second derivative raises, on every
+    backend).  Special values, the same on every backend: NaN in a pair's sequences gives that
+    pair NaN; an infinite feature gives NaN or +inf (the cells it touches are ``inf - inf`` or
+    ``inf + inf``); distances that overflow float64 are +inf, and a pair with no finite path is
+    +inf.  ``gamma`` is limited to [1e-200, 1e200] (the CUDA kernels' DP runs in units of
+    gamma).
     """
     opts = Options.make(
         gamma=gamma,
@@ -282,13 +289,14 @@ def softdtw_from_cost(
     Returns
     -------
     Tensor, shape (B,) (0-dim for an unbatched cost).  Its gradient with respect to
-    ``cost`` is the expected alignment matrix ``E`` (B, N, M) times the upstream gradient.
+    ``cost`` is the expected alignment matrix ``E`` (B, N, M) times the upstream gradient
+    (a second derivative raises).  Special values, the same on every backend: a +inf cell is
+    never on a path (a pair with no finite path is +inf, gradient 0); NaN in a cell inside the
+    band gives that pair NaN; a -inf cell gives -inf or NaN (a soft minimum that meets one
+    -inf is -inf, one that meets two is NaN).
     """
     cost, unbatched = V.check_cost(cost)
-    opts = Options(
-        gamma=V.check_gamma(gamma),
-        bandwidth=V.check_bandwidth(bandwidth),
-        backend=V.check_backend(backend),
-    ).on(cost.device)
-    out = _cost_loss(cost, opts)
+    opts = Options(gamma=V.check_gamma(gamma), bandwidth=V.check_bandwidth(bandwidth))
+    name = resolve_backend(V.check_backend(backend), cost.device)
+    out = _cost_loss(guard(cost, name), opts, name)
     return out[0] if unbatched else out

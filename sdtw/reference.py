@@ -35,14 +35,18 @@ __all__ = ["reference_backward", "reference_forward", "softdtw_reference"]
 
 
 def _softmin3(a: np.ndarray, b: np.ndarray, c: np.ndarray, gamma: float) -> np.ndarray:
-    """Soft minimum of three arrays, stable, ``+inf`` where all three are ``+inf``."""
-    rmin = np.minimum(np.minimum(a, b), c)
+    """Soft minimum of three arrays, stable; ``+inf`` where all three are ``+inf``, NaN where
+    one is NaN; ``-inf`` where one is ``-inf``, NaN where two are (``-inf - -inf``): as the
+    fast backends' float arithmetic gives it."""
+    rmin = np.minimum(np.minimum(a, b), c)  # (NaN where one is NaN)
     finite = np.isfinite(rmin)
     safe = np.where(finite, rmin, 0.0)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         s = np.exp(-(a - safe) / gamma) + np.exp(-(b - safe) / gamma) + np.exp(-(c - safe) / gamma)
         out = safe - gamma * np.log(s)
-    return np.where(finite, out, np.inf)
+    minus = np.isneginf(a).astype(int) + np.isneginf(b) + np.isneginf(c)
+    special = np.where(np.isposinf(rmin), np.inf, np.where(minus == 1, -np.inf, np.nan))
+    return np.where(finite, out, np.where(np.isnan(rmin), np.nan, special))
 
 
 def reference_forward(cost: np.ndarray, gamma: float, bandwidth: int | None = None) -> np.ndarray:

@@ -31,30 +31,8 @@ if SIMULATOR:
     # them at every barrier; with the default 5 ms GIL switch interval each barrier costs
     # milliseconds.  A short interval makes the simulator tests ~7x faster (test-only setting).
     sys.setswitchinterval(1e-4)
-    # ... which exposes a race in the simulator itself: ``cuda.shared.array`` looks up and
-    # creates the block's array without a lock, so two threads can each create their own
-    # "shared" array.  Same lookup (by the caller's file and line), under a lock
-    # (numba-cuda 0.30, simulator/kernelapi.py: FakeCUDAShared.array).
-    import threading
-    import traceback
-
-    from numba.cuda.simulator import kernelapi as _kernelapi
-
-    _shared_lock = threading.Lock()
-    _shared_array = _kernelapi.FakeCUDAShared.array
-
-    def _locked_shared_array(self, shape, dtype, alignment=None):
-        if shape == 0 or alignment is not None:
-            return _shared_array(self, shape, dtype, alignment)
-        dtype = _kernelapi.numpy_support.as_dtype(dtype) if hasattr(dtype, "key") else dtype
-        caller = traceback.extract_stack(sys._getframe())[-2][0:2]
-        with _shared_lock:
-            res = self._allocations.get(caller)
-            if res is None:
-                res = self._allocations[caller] = np.empty(shape, dtype)
-        return res
-
-    _kernelapi.FakeCUDAShared.array = _locked_shared_array
+    # (... which exposes a race in the simulator's shared-array creation: the library itself
+    # serialises it, :func:`sdtw.cuda._private.patch_simulator_shared_arrays`.)
 # Without a GPU, Triton kernels run in Triton's interpreter (read when a kernel is defined;
 # set before anything imports triton).
 if not torch.cuda.is_available():

@@ -127,7 +127,7 @@ def test_half_precision_inputs(rng):
         (dict(gamma=float("nan")), ValueError, "gamma"),
         (dict(gamma=float("inf")), ValueError, "gamma"),
         (dict(gamma="1"), TypeError, "gamma"),
-        (dict(bandwidth=1.5), TypeError, "bandwidth"),
+        (dict(bandwidth="1"), TypeError, "bandwidth"),
         (dict(dist="cosine"), ValueError, "dist"),
         (dict(backend="tpu"), ValueError, "backend"),
         (dict(fused="yes"), TypeError, "fused"),

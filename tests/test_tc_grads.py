@@ -8,7 +8,9 @@ check the 3xTF32 products themselves, and the fused training step takes this pat
 
 from __future__ import annotations
 
-import dataclasses
+import os
+import subprocess
+import sys
 import types
 import warnings
 
@@ -89,7 +91,7 @@ def test_taken_for_float32_cuda_only(monkeypatch):
     float32 CUDA tensors, the setting on, Triton installed; an override forces it either
     way."""
     from sdtw.cuda import _tc_grads, policy
-    from sdtw.cuda.config import CONFIG, overrides
+    from sdtw.cuda.config import overrides
 
     assert policy.tc_grads(2, 512, 512, 72)
     assert not policy.tc_grads(2, 256, 1020, 72)  # N M below TC_MIN_CELLS
@@ -112,8 +114,18 @@ def test_taken_for_float32_cuda_only(monkeypatch):
     assert not _tc_grads.wanted(inputs(D=1), 512)  # the size rule
     assert not _tc_grads.wanted(inputs("cpu"), 512)
     assert not _tc_grads.wanted(inputs(dtype=torch.float64), 512)
-    monkeypatch.setattr(_tc_grads, "CONFIG", dataclasses.replace(CONFIG, tc_grads=False))
-    assert not _tc_grads.wanted(inputs(), 512)  # SDTW_TC_GRADS=0
+    # SDTW_TC_GRADS=0 (read once, at import: in a child process)
+    script = (
+        "import types, torch; from sdtw.cuda import _tc_grads as T; T.available = lambda: True; "
+        "x = types.SimpleNamespace(shape=(2, 512, 64), device=torch.device('cuda'), "
+        "dtype=torch.float32); print(T.wanted(x, 512))"
+    )
+    for value, want in (("1", "True"), ("0", "False")):
+        env = {**os.environ, "SDTW_TC_GRADS": value}
+        res = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True
+        )
+        assert res.stdout.strip() == want, res.stderr[-2000:]
 
 
 def test_warns_once_without_triton(monkeypatch):

@@ -80,6 +80,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from sdtw._autograd import refuse_second_order
 from sdtw._sqeuclidean import sqeuclidean_grads
 from sdtw.cuda import _graphs, _private, _tc_grads, config, policy
 from sdtw.cuda._graphs import clear_graphs, graphs_enabled, set_graphs
@@ -226,7 +227,7 @@ class _CostFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, cost: torch.Tensor, done: tuple):
-        out, ctx.P = done
+        out, ctx.P, ctx.mover = done
         return out
 
     @staticmethod
@@ -237,7 +238,7 @@ class _CostFunction(torch.autograd.Function):
         if P is None:
             raise RuntimeError(_TWICE)
         ctx.P = None
-        E, _ = _launch.backward(P, grad_out)
+        E, _ = _launch.backward(P, grad_out, mover=ctx.mover)
         return _as(E, grad_out.dtype), None
 
 
@@ -297,11 +298,14 @@ class _PairFunction(torch.autograd.Function):
     gradients (computed before ``apply``, see :func:`softdtw_sqeuclidean`) to the graph; its
     backward scales the gradients by each pair's upstream gradient.  Gradients lent by a
     replayed library graph get a token saved for the backward, which tells the graph's next
-    replay whether this node can still use them (:meth:`sdtw.cuda._graphs.Lease.settle`)."""
+    replay whether this node can still use them (:meth:`sdtw.cuda._graphs.Lease.settle`).  A
+    backward with ``create_graph=True`` returns gradients that refuse to be differentiated
+    again (:mod:`sdtw._autograd`: there is no second-order pass)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, y: torch.Tensor, done: tuple):
         out, ctx.grads = done
+        ctx.inputs = (x, y)  # (the anchors of a refused second derivative)
         # Saved-tensor hooks may drop a saved tensor at once and keep something else, so a
         # lease's token would not say when the node is done: such a lease stays unbound, and
         # the next replay copies its gradients out (as for two calls before one backward).
@@ -313,9 +317,13 @@ class _PairFunction(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_out: torch.Tensor):
-        return (*_scaled_grads(ctx, grad_out), None)
+        with torch.no_grad():
+            gx, gy = _scaled_grads(ctx, grad_out)
+        if torch.is_grad_enabled():  # create_graph=True
+            x, y = ctx.inputs
+            gx, gy = refuse_second_order(gx, x, "cuda"), refuse_second_order(gy, y, "cuda")
+        return gx, gy, None
 
 
 def needs_grad(*ts: torch.Tensor) -> bool:
@@ -352,7 +360,11 @@ def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Te
     c = _kernel_dtype(cost.detach()).contiguous()
     out, P, _ = _launch.forward(c, None, gamma, lo, hi, store=need)
     out = _as(out, cost.dtype)
-    return _CostFunction.apply(cost, (out, P)) if need else out
+    if not need:
+        return out
+    # (the backward's variant is decided here: autograd may run the backward on another
+    # thread, where the caller's overrides are not in force)
+    return _CostFunction.apply(cost, (out, P, policy.backward_mover(_launch.SIMULATED)))
 
 
 def softdtw_sqeuclidean(

@@ -272,7 +272,8 @@ def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
     stream = _private.current_stream_ptr(dev)
     # autocast, inference mode (whose static tensors a call outside it could not write), and
     # the overrides of the tuning rules (another variant is another graph)
-    modes = (_cuda_autocast(), torch.is_inference_mode_enabled(), current_overrides().key())
+    ov = current_overrides()  # (a frozen dataclass: hashable; None when nothing is forced)
+    modes = (_cuda_autocast(), torch.is_inference_mode_enabled(), ov if ov.forced else None)
     return (x.shape, y.shape, x.dtype, y.dtype, dev, stream, params, modes)
 
 

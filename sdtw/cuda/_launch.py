@@ -53,14 +53,13 @@ def _toolkit_error(exc: Exception) -> Exception:
     )
 
 
-def _launcher(kind: type, *args, **kw) -> _private.Launcher:
-    """The launcher of the kernel of spec ``kind(*args, **kw)``, made once per spec (looked up
+def _launcher(*key) -> _private.Launcher:
+    """The launcher of the kernel of spec ``key[0](*key[1:])``, made once per spec (looked up
     by a plain tuple: a spec object made and validated per launch would cost host time)."""
-    key = (kind, args, tuple(kw.items()))
     la = _launchers.get(key)
     if la is None:
         la = _launchers[key] = _private.Launcher(
-            registry.get(kind(*args, **kw)), SIMULATED, CONFIG.fast_launch, _toolkit_error
+            registry.get(key[0](*key[1:])), SIMULATED, CONFIG.fast_launch, _toolkit_error
         )
     return la
 
@@ -197,11 +196,13 @@ def backward(
     grad_out: torch.Tensor | None,
     sums: bool = False,
     Gb: View | None = None,
+    mover: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Overwrite ``P[:, 1]`` with ``E * grad_out`` (``None``: ones); return that view
     (B, N, M) and, if ``sums``, its row and column sums as one (B, N + M, 1) tensor in
     ``P``'s dtype (else None; the trailing 1 saves the callers a view to broadcast them).
-    ``Gb``: a boundary buffer from :func:`_boundary` (None: one is made here)."""
+    ``Gb``: a boundary buffer from :func:`_boundary` (None: one is made here); ``mover``: the
+    variant (None: :func:`sdtw.cuda.policy.backward_mover` now)."""
     B, _, N, M = P.shape
     dev = P.device
     nb = -(-N // K.TB)
@@ -218,7 +219,7 @@ def backward(
         s_arg = View(S, (B, N + M))
     else:
         S = s_arg = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums``: none
-    two = policy.backward_mover(SIMULATED)
+    two = policy.backward_mover(SIMULATED) if mover is None else mover
     none = _placeholder((1,), torch.float32, dev)  # (the in-sweep gradients' slots)
     _launcher(K.BackwardSpec, P.dtype == torch.float32, two)(
         B * nb, K.threads(two), _stream(dev), flat(P), N, M, g, Gb, s_arg,
@@ -228,10 +229,25 @@ def backward(
     return P[:, 1], (S if sums else None)
 
 
+_capabilities: dict[int | None, tuple[int, int]] = {}
+
+
+def _capability(device: torch.device) -> tuple[int, int]:
+    """The device's compute capability (asked once per device; the simulator's is 9.0, so that
+    it runs the variants an H200 takes)."""
+    cc = _capabilities.get(device.index)
+    if cc is None:
+        cc = (9, 0) if SIMULATED else torch.cuda.get_device_capability(device)
+        _capabilities[device.index] = cc
+    return cc
+
+
 def sweep_grads(x: torch.Tensor) -> bool:
     """Whether the eager gradients of the kernels' inputs ``x`` (B, N, D) come from the
     backward kernel's sweep (:func:`backward_grads`; :func:`sdtw.cuda.policy.sweep_grads`)."""
-    return policy.sweep_grads(x.dtype == torch.float32, x.shape[2], SIMULATED)
+    return policy.sweep_grads(
+        x.dtype == torch.float32, x.shape[2], SIMULATED, _capability(x.device)
+    )
 
 
 def _aligned16(t: torch.Tensor) -> torch.Tensor:

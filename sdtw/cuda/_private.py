@@ -213,6 +213,12 @@ def variant_cache(dispatcher, variant: tuple) -> None:
     dispatcher._cache = _VariantCache(dispatcher.py_func, variant)
 
 
+def cache_index_key(dispatcher, sig, codegen):
+    """The on-disk cache's index key of ``dispatcher`` for a signature and a codegen (the
+    tests check that it is the same in every process)."""
+    return dispatcher._cache._index_key(sig, codegen)
+
+
 # --------------------------------------------------------------------------------------------
 # Fast kernel launch
 # --------------------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ variable                   default    what it does
 Overrides (:func:`overrides`) force a tuning rule of :mod:`sdtw.cuda.policy` one way for the
 code inside a ``with`` block (tests run the variants a GPU takes under the simulator with
 them; probes compare variants).  They are a context variable: other threads and tasks keep
-their own.
+their own, and autograd's backward threads see none, so every variant a call takes is decided
+in its forward (the lazy backward of :func:`sdtw.softdtw_from_cost` too).
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     return value == "1"
 
 
+def _numba_flag(value: str) -> bool:
+    """``NUMBA_ENABLE_CUDASIM`` as Numba reads it: an integer, on when not 0."""
+    try:
+        return int(value.strip() or 0) != 0
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class Config:
     """The backend's switches (see the module docstring for the variables)."""
@@ -67,7 +76,7 @@ class Config:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
         """The settings from ``env`` (default: ``os.environ``)."""
         env = os.environ if env is None else env
-        simulator = _flag(env, "NUMBA_ENABLE_CUDASIM", False)
+        simulator = _numba_flag(env.get("NUMBA_ENABLE_CUDASIM", ""))
         return cls(
             graphs=_flag(env, "SDTW_CUDA_GRAPHS", True),
             kernel_cache=_flag(env, "SDTW_KERNEL_CACHE", True),
@@ -110,9 +119,10 @@ class Overrides:
     tc_settings: tuple | None = None
     tc_one_launch: bool | None = None
 
-    def key(self) -> tuple:
-        """A hashable summary (the library graphs' cache key holds it)."""
-        return dataclasses.astuple(self)
+    @property
+    def forced(self) -> bool:
+        """Whether any rule is forced (the library graphs' key holds the overrides then)."""
+        return self is not _NONE
 
 
 _NONE = Overrides()
@@ -143,6 +153,7 @@ def overrides(**forced) -> Iterator[Overrides]:
     if isinstance(settings, dict):
         forced["tc_settings"] = tuple(sorted(settings.items()))
     new = dataclasses.replace(_current.get(), **forced)
+    new = _NONE if new == _NONE else new  # (the default object itself: nothing forced)
     token = _current.set(new)
     try:
         yield new

@@ -85,15 +85,24 @@ def backward_mover(simulated: bool, ov: Overrides | None = None) -> bool:
     return (not simulated) if forced is None else forced
 
 
-def sweep_grads(float32: bool, D: int, simulated: bool, ov: Overrides | None = None) -> bool:
+def sweep_grads(
+    float32: bool,
+    D: int,
+    simulated: bool,
+    capability: tuple[int, int] = (9, 0),
+    ov: Overrides | None = None,
+) -> bool:
     """Whether the float32 gradients wrt x and y come from the backward's sweep (E never
-    written) rather than from E afterwards: ``D <= 16`` with the backward's mover.
+    written) rather than from E afterwards: ``D <= 16`` with the backward's mover, on a GPU of
+    compute capability 9.0 or later (its g_y reductions are sm_90's ``red.global.add.v2``).
 
     Whole-step CUDA-graph replays at B = 32 (sweep / from E, us): N = 512, D = 1 407 / 396,
     D = 16 432 / 434, D = 32 500 / 448, D = 64 617 / 463; N = 2048, D = 1 2754 / 2950,
     D = 16 2999 / 3257, D = 64 4783 / 3651: the sweep's products cost its one gradient warp
     per band time that grows with D."""
-    if not float32 or D > SWEEP_MAX_D or not backward_mover(simulated, ov):
+    if not float32 or D > SWEEP_MAX_D or capability < (9, 0):
+        return False
+    if not backward_mover(simulated, ov):
         return False
     forced = _ov(ov).sweep_grads
     return True if forced is None else forced
@@ -122,10 +131,12 @@ def tc_grads(B: int, N: int, M: int, D: int, ov: Overrides | None = None) -> boo
     D = 2, 3, 5 40 / 52-60; D = 20, 24 at N = 2048 386 / 510; D = 1 38.5 / 24.3; N = 128,
     D = 64 24.2 / 20.8; D = 17, 33, 65 (no 16-byte rows) 74 / 55, 1764 / 822, 245 / 113;
     M not a multiple of 4 (E's rows not 16-byte aligned) 964 / 810 at N = 2047."""
+    if B > TC_MAX_B:  # (a hard limit: the grid's third axis)
+        return False
     forced = _ov(ov).tc_grads
     if forced is not None:
         return forced
-    return tc_fast_d(D) and M % 4 == 0 and N * M >= TC_MIN_CELLS and B <= TC_MAX_B
+    return tc_fast_d(D) and M % 4 == 0 and N * M >= TC_MIN_CELLS
 
 
 def tc_settings(B: int, N: int, M: int, D: int, ov: Overrides | None = None) -> dict:

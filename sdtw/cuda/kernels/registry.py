@@ -132,7 +132,9 @@ def compile_ptx(spec: Spec, signature: str, cc: tuple[int, int]) -> str:
 
     _private.fake_device(cc)
     sig = sigutils.normalize_signature(f"void({signature})")[0]
-    ptx, _ = cuda.compile_ptx(build(spec).py_func, sig, cc=cc)
+    kernel = build(spec)
+    bounds = kernel.targetoptions.get("launch_bounds")  # (in the PTX, as a GPU compiles it)
+    ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=cc, launch_bounds=bounds)
     return ptx
 
 
