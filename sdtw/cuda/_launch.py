@@ -106,13 +106,41 @@ def _placeholder(shape: tuple, dtype: torch.dtype, device: torch.device) -> torc
     return _constant(shape, 0.0, dtype, device)
 
 
-def _boundary(B: int, nb: int, M: int, device: torch.device, count: int = 1) -> tuple:
+def _boundary(
+    B: int,
+    nb: int,
+    M: int,
+    device: torch.device,
+    count: int = 1,
+    lengths: torch.Tensor | None = None,
+) -> tuple:
     """``count`` boundary buffers (one per DP launch), each (B, nb, M + 1) int64 float64 bits
-    flattened, then one element for the blocks' ticket counter; all ``SENTINEL``, from one
-    fill.  Row (b, k) is band k's last row; column ``M`` is padding."""
-    n = B * nb * (M + 1) + 1
+    flattened, then (with ``lengths``, int64 (2 B,) on the device: x's lengths, then y's) the
+    pairs' lengths, then one element for the blocks' ticket counter; all ``SENTINEL`` but the
+    lengths, from one fill.  Row (b, k) is band k's last row; column ``M`` is padding."""
+    extra = 0 if lengths is None else 2 * B
+    n = B * nb * (M + 1) + extra + 1
     hand = torch.full((count * n,), K.SENTINEL, dtype=torch.int64, device=device)
+    if extra:
+        tails = hand.view(count, n)[:, n - 1 - extra : n - 1]
+        tails.copy_(lengths.expand(count, extra))
     return tuple(View(hand, (n,), k * n) for k in range(count))
+
+
+def _forward_key(mode: str, fast: bool, mover: bool, lengths: bool) -> tuple:
+    """The launcher key of a forward spec (the plain spec's key where no lengths)."""
+    if lengths:
+        return (K.ForwardSpec, mode, fast, mover, "soft-dtw", True)
+    return (K.ForwardSpec, mode, fast, mover)
+
+
+def _backward_key(fast: bool, mover: bool, grads: int, lengths: bool) -> tuple:
+    """The launcher key of a backward spec."""
+    if lengths:
+        return (K.BackwardSpec, fast, mover, grads, True)
+    if grads:
+        return (K.BackwardSpec, fast, mover, grads)
+    return (K.BackwardSpec, fast, mover)
 
 
 def forward(
@@ -123,6 +151,7 @@ def forward(
     hi: int,
     store: bool,
     spare: bool = False,
+    lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, View | None]:
     """Run the forward kernel (and, fused with ``store`` unless mode ``tiled``, the park
     kernel's distances into ``P`` before it).
@@ -133,6 +162,10 @@ def forward(
     y : (B, M, D) or None.
     store : keep the weights ``P`` (B, 2, N, M) for a backward pass.
     spare : also make the backward's boundary buffer, in the same fill.
+    lengths : the pairs' own lengths, int64 (2 B,) on the device (x's, then y's), or None
+        (all N and M); with them ``lo`` is the band's radius (-1: none) and ``hi`` unused:
+        each pair's band follows its own lengths (:mod:`sdtw.band`).  The weights past a
+        pair's lengths are not written.
 
     Returns
     -------
@@ -181,9 +214,9 @@ def forward(
     elif mode == K.FUSED:
         src, src2 = a, y
     out = torch.empty(B, dtype=a.dtype, device=dev)
-    bufs = _boundary(B, nb, M, dev, 2 if spare else 1)
+    bufs = _boundary(B, nb, M, dev, 2 if spare else 1, lengths)
     two = policy.forward_mover(mode, SIMULATED)
-    _launcher(K.ForwardSpec, mode, fast, two)(
+    _launcher(*_forward_key(mode, fast, two, lengths is not None))(
         B * nb, K.threads(two), streams, src, src2, N, M, D, float(gamma), int(lo), int(hi),
         p_arg, bufs[0], out, store,
     )  # fmt: skip
@@ -197,17 +230,19 @@ def backward(
     sums: bool = False,
     Gb: View | None = None,
     mover: bool | None = None,
+    lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Overwrite ``P[:, 1]`` with ``E * grad_out`` (``None``: ones); return that view
     (B, N, M) and, if ``sums``, its row and column sums as one (B, N + M, 1) tensor in
     ``P``'s dtype (else None; the trailing 1 saves the callers a view to broadcast them).
-    ``Gb``: a boundary buffer from :func:`_boundary` (None: one is made here); ``mover``: the
-    variant (None: :func:`sdtw.cuda.policy.backward_mover` now)."""
+    ``Gb``: a boundary buffer from :func:`_boundary` (None: one is made here, with
+    ``lengths``); ``mover``: the variant (None: :func:`sdtw.cuda.policy.backward_mover` now);
+    ``lengths``: as the forward's (E is zero past them)."""
     B, _, N, M = P.shape
     dev = P.device
     nb = -(-N // K.TB)
     if Gb is None:
-        (Gb,) = _boundary(B, nb, M, dev)
+        (Gb,) = _boundary(B, nb, M, dev, lengths=lengths)
     if grad_out is None:
         g = _constant((B,), 1.0, P.dtype, dev)
     else:
@@ -221,7 +256,7 @@ def backward(
         S = s_arg = _placeholder((1, 1), P.dtype, dev)  # a (1, 1) ``sums``: none
     two = policy.backward_mover(SIMULATED) if mover is None else mover
     none = _placeholder((1,), torch.float32, dev)  # (the in-sweep gradients' slots)
-    _launcher(K.BackwardSpec, P.dtype == torch.float32, two)(
+    _launcher(*_backward_key(P.dtype == torch.float32, two, 0, lengths is not None))(
         B * nb, K.threads(two), _stream(dev), flat(P), N, M, g, Gb, s_arg,
         none, none, 0, none, none,
     )  # fmt: skip
@@ -257,13 +292,18 @@ def _aligned16(t: torch.Tensor) -> torch.Tensor:
 
 
 def backward_grads(
-    P: torch.Tensor, x: torch.Tensor, y: torch.Tensor, Gb: View | None = None
+    P: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    Gb: View | None = None,
+    lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The gradients of each pair's value (upstream gradient 1) wrt contiguous float32 x
     (B, N, D) and y (B, M, D) (``D <= 16``) from the forward's weights ``P`` (B, 2, N, M)
     (which are read, not written) in one backward launch: the gradient warp multiplies each
     chunk of E on the tensor cores during the sweep (:mod:`sdtw.cuda.kernels.sweep`); E never
-    goes to memory.  Returns (B, N, D) and (B, M, D) float32."""
+    goes to memory.  Returns (B, N, D) and (B, M, D) float32 (zero past ``lengths``, as the
+    forward's)."""
     B, _, N, M = P.shape
     D = x.shape[2]
     dev = P.device
@@ -271,12 +311,13 @@ def backward_grads(
     if D % 4 == 0:  # (the gradient warp then copies their rows 16 bytes at a time)
         x, y = _aligned16(x), _aligned16(y)
     if Gb is None:
-        (Gb,) = _boundary(B, nb, M, dev)
-    gx = torch.empty_like(x)
+        (Gb,) = _boundary(B, nb, M, dev, lengths=lengths)
+    # (with lengths, bands past a pair's rows leave without writing theirs)
+    gx = torch.empty_like(x) if lengths is None else torch.zeros_like(x)
     gy = torch.zeros_like(y)  # (the bands add their shares)
     g = _constant((B,), 1.0, P.dtype, dev)
     none = _placeholder((1, 1), P.dtype, dev)  # no sums
-    _launcher(K.BackwardSpec, True, True, K.sweep_tiles(D))(
+    _launcher(*_backward_key(True, True, K.sweep_tiles(D), lengths is not None))(
         B * nb, K.threads(True), _stream(dev), flat(P), N, M, g, Gb, none,
         flat(x), flat(y), D, flat(gx), flat(gy),
     )  # fmt: skip
@@ -285,13 +326,18 @@ def backward_grads(
 
 
 def forward_backward(
-    a: torch.Tensor, y: torch.Tensor | None, gamma: float, lo: int, hi: int
+    a: torch.Tensor,
+    y: torch.Tensor | None,
+    gamma: float,
+    lo: int,
+    hi: int,
+    lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`forward` with ``store``, then :func:`backward` for an upstream gradient of ones
     with ``sums`` (both launches' boundary buffers from one fill): the values (B,), E
     (B, N, M) (a view of ``P``) and E's row and column sums (B, N + M, 1)."""
-    out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True)
-    E, S = backward(P, None, True, Gb)
+    out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True, lengths=lengths)
+    E, S = backward(P, None, True, Gb, lengths=lengths)
     return out, E, S
 
 
@@ -303,12 +349,13 @@ def forward_grads(
     hi: int,
     xs: torch.Tensor,
     ys: torch.Tensor,
+    lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`forward` with ``store`` on ``a`` (the cost, or x) and ``y``, then
     :func:`backward_grads` on the sequences ``xs``, ``ys`` (contiguous float32): the values
     (B,) and the gradients wrt ``xs`` and ``ys`` (upstream gradient 1)."""
-    out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True)
-    gx, gy = backward_grads(P, xs, ys, Gb)
+    out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True, lengths=lengths)
+    gx, gy = backward_grads(P, xs, ys, Gb, lengths)
     return out, gx, gy
 
 

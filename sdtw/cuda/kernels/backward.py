@@ -96,11 +96,12 @@ def _e_out():
         return cs
 
     @device
-    def write_e(ev_view, blk, sums, b, N, M, pp, nr1, want_sums):
+    def write_e(ev_view, blk, sums, b, N, Ml, M, pp, nr1, want_sums):
         """Write position ``pp``'s column of the band's E out (coalesced along columns) and, if
         ``want_sums``, add its sum over the band's rows to ``sums[b, N + j]``; a full band
-        (``nr1 = TB - 1``) with constant row offsets."""
-        jp = M - 1 - pp
+        (``nr1 = TB - 1``) with constant row offsets.  ``Ml``: the pair's columns (position
+        ``p`` is column ``Ml - 1 - p``); ``M``: the row stride."""
+        jp = Ml - 1 - pp
         if jp >= 0:
             if nr1 == TB - 1:
                 cs = (ecol8(ev_view, blk, pp, jp, M, 0) + ecol8(ev_view, blk, pp, jp, M, 8)) + (
@@ -115,12 +116,12 @@ def _e_out():
                 cuda.atomic.add(sums, (b, N + jp), cs)
 
     @device
-    def wout(Pu, blk, h, cw, r0, M, nr1):
+    def wout(Pu, blk, h, cw, r0, Ml, M, nr1):
         """The mover's write-out of E, rows ``r0 .. r0 + 7`` (up to ``nr1``; none if ``r0 >
         nr1``: those slots may hold the next chunk's weights by then) of position ``cw TW + h``
         of position chunk ``cw`` (none if ``cw < 0`` or past the table), and their sum."""
         pp = cw * TW + h
-        jp = M - 1 - pp
+        jp = Ml - 1 - pp
         c8 = 0.0
         if cw >= 0 and jp >= 0 and r0 <= nr1:
             if nr1 == TB - 1:
@@ -130,9 +131,9 @@ def _e_out():
         return c8
 
     @device
-    def colsum(sums, b, N, M, h, cw, cs, want_sums):
+    def colsum(sums, b, N, Ml, h, cw, cs, want_sums):
         """Add position chunk ``cw``'s column sum (this lane's column) to ``sums``."""
-        jp = M - 1 - (cw * TW + h)
+        jp = Ml - 1 - (cw * TW + h)
         if want_sums and cw >= 0 and jp >= 0:
             cuda.atomic.add(sums, (b, N + jp), cs)
 
@@ -150,12 +151,12 @@ def _items(spec: BackwardSpec, wout):
         return ld8(Pd, jn, Mu, nr1, r0), ld8(Pu, jn, Mu, nr1, r0)
 
     @device
-    def tout(TH, blk, h, cw, r0, M, nr1):
+    def tout(TH, blk, h, cw, r0, Ml, nr1):
         """With ``grads``, :func:`wout`'s twin: rows ``r0 .. r0 + 7`` of position ``cw TW + h``
         of E into chunk ``cw``'s tile (parity ``cw & 1``), zeros past the table (stale shared
         memory times a zero could be NaN); their sum.  Nothing for ``cw < 0``."""
         pp = cw * TW + h
-        ok = M - 1 - pp >= 0
+        ok = Ml - 1 - pp >= 0
         c8 = 0.0
         if cw >= 0:
             tb = uint32((cw & 1) * TT)
@@ -180,16 +181,16 @@ def _items(spec: BackwardSpec, wout):
             ready_arrive()
 
     @device
-    def item(Pd, Pu, blk, h, cc, q, M, Mu, nr1, v, TH):
+    def item(Pd, Pu, blk, h, cc, q, Ml, M, Mu, nr1, v, TH):
         """The mover's item (see :func:`_build_backward`): lag group ``q`` (rows ``r0 = 24 -
         8 q`` on) of position chunk ``cc``.  Writes E of position chunk ``cc - 2`` out
         (:func:`wout`), stages ``v`` (from :func:`load8w`, two items ago) and issues the loads
         of the item two on; returns those and the rows' sum of E."""
         r0 = 3 * G - q * G
         if grads:
-            c8 = tout(TH, blk, h, cc - 2, r0, M, nr1)
+            c8 = tout(TH, blk, h, cc - 2, r0, Ml, nr1)
         else:
-            c8 = wout(Pu, blk, h, cc - 2, r0, M, nr1)
+            c8 = wout(Pu, blk, h, cc - 2, r0, Ml, M, nr1)
         wd, wu = v
         pl = cc * TW + h
         st8(blk, 0, wd, r0, pl + TB - 1, -1)
@@ -198,7 +199,7 @@ def _items(spec: BackwardSpec, wout):
             cn, qn = cc + 1, q - 2
         else:
             cn, qn = cc, q + 2
-        jn = uint32(max(M - 1 - (cn * TW + h), 0))
+        jn = uint32(max(Ml - 1 - (cn * TW + h), 0))
         v = load8w(Pd, Pu, jn, Mu, nr1, 3 * G - qn * G)
         bar_mover()
         return v, c8
@@ -264,7 +265,7 @@ def _side_warps(spec: BackwardSpec, wout, colsum):
     blk_t = float32 if spec.fast else float64
 
     @device
-    def gradient_warp(X, Y, D, GX, GY, TH, CS, RS, XS, YS, b, N, M, i0, nr1, tid, nchunks):
+    def gradient_warp(X, Y, D, GX, GY, TH, CS, RS, XS, YS, b, N, Ml, M, i0, nr1, tid, nchunks):
         """The band's rows of x staged once; per chunk, its rows of y copied in
         (asynchronously, while the mover finishes the chunk's tile; in registers, 64 values a
         lane took 250 registers in all), and the chunk's products once the tile is ready, then
@@ -282,7 +283,7 @@ def _side_warps(spec: BackwardSpec, wout, colsum):
         GYp = band_view(GY, b * M * D)
         cp_rows(XS, Xp, 0, 1, nr1, D, tid)  # (rows past nr1: row nr1)
         for c in range(nchunks):
-            jtop = M - 1 - c * TW  # the column of the chunk's position 0
+            jtop = Ml - 1 - c * TW  # the column of the chunk's position 0
             if jtop >= 0:
                 sync_band()  # (the last chunk's reads of YS done)
                 cp_rows(YS, Yp, jtop, -1, 0, D, tid)  # (columns below 0: column 0)
@@ -297,7 +298,7 @@ def _side_warps(spec: BackwardSpec, wout, colsum):
         gx_out(acc, RS, XS, band_view(GX, (b * N + i0) * D), D, nt, nr1, g, tq)
 
     @device
-    def mover(Pd, Pu, blk, TH, CS, sums, b, N, M, Mu, nr1, h, nchunks, want_sums):
+    def mover(Pd, Pu, blk, TH, CS, sums, b, N, Ml, M, Mu, nr1, h, nchunks, want_sums):
         """The ring zeroed (as the one-warp kernel's lanes do), position chunk 0's first three
         lag groups staged, the loads of items 0 and 1 in flight; then one item per group.
         Column sums: each position chunk's four lag groups come in items 4 cw + 5 .. 4 cw + 8,
@@ -308,56 +309,77 @@ def _side_warps(spec: BackwardSpec, wout, colsum):
                 blk[uint32(r * RING1 + h + q * TW)] = zero
                 blk[uint32(PO1 + r * RING1 + h + q * TW)] = zero
         sync_band()  # (the mover's lanes stage into slots that others zeroed)
-        jn = uint32(max(M - 1 - h, 0))
+        jn = uint32(max(Ml - 1 - h, 0))
         for q in range(3):
             wd, wu = load8w(Pd, Pu, jn, Mu, nr1, 3 * G - q * G)
             st8(blk, 0, wd, 3 * G - q * G, h + TB - 1, -1)
             st8(blk, PO1, wu, 3 * G - q * G, h + TB - 1, -1)
         v = load8w(Pd, Pu, jn, Mu, nr1, 0)
-        v1 = load8w(Pd, Pu, uint32(max(M - 1 - (TW + h), 0)), Mu, nr1, 3 * G)
+        v1 = load8w(Pd, Pu, uint32(max(Ml - 1 - (TW + h), 0)), Mu, nr1, 3 * G)
         bar_mover()
         p01 = 0.0
         c2 = 0.0
         for c in range(nchunks):
-            v, c3 = item(Pd, Pu, blk, h, c, 3, M, Mu, nr1, v, TH)
+            v, c3 = item(Pd, Pu, blk, h, c, 3, Ml, M, Mu, nr1, v, TH)
             if grads:
                 tile_done(CS, h, c - 2, p01 + (c2 + c3))
             else:
-                colsum(sums, b, N, M, h, c - 2, p01 + (c2 + c3), want_sums)
-            v1, c0 = item(Pd, Pu, blk, h, c + 1, 0, M, Mu, nr1, v1, TH)
-            v, c1 = item(Pd, Pu, blk, h, c + 1, 1, M, Mu, nr1, v, TH)
+                colsum(sums, b, N, Ml, h, c - 2, p01 + (c2 + c3), want_sums)
+            v1, c0 = item(Pd, Pu, blk, h, c + 1, 0, Ml, M, Mu, nr1, v1, TH)
+            v, c1 = item(Pd, Pu, blk, h, c + 1, 1, Ml, M, Mu, nr1, v, TH)
             p01 = c0 + c1
-            v1, c2 = item(Pd, Pu, blk, h, c + 1, 2, M, Mu, nr1, v1, TH)
+            v1, c2 = item(Pd, Pu, blk, h, c + 1, 2, Ml, M, Mu, nr1, v1, TH)
         # what no item wrote: lag group 3 of position chunk nchunks - 2, all of the last
         cw = nchunks - 1
         if grads:
-            c3 = tout(TH, blk, h, cw - 1, 0, M, nr1)
+            c3 = tout(TH, blk, h, cw - 1, 0, Ml, nr1)
             tile_done(CS, h, cw - 1, p01 + (c2 + c3))
-            c0 = tout(TH, blk, h, cw, 3 * G, M, nr1)
-            c1 = tout(TH, blk, h, cw, 2 * G, M, nr1)
-            c2 = tout(TH, blk, h, cw, G, M, nr1)
-            c3 = tout(TH, blk, h, cw, 0, M, nr1)
+            c0 = tout(TH, blk, h, cw, 3 * G, Ml, nr1)
+            c1 = tout(TH, blk, h, cw, 2 * G, Ml, nr1)
+            c2 = tout(TH, blk, h, cw, G, Ml, nr1)
+            c3 = tout(TH, blk, h, cw, 0, Ml, nr1)
             tile_done(CS, h, cw, (c0 + c1) + (c2 + c3))
             free_wait()  # the gradient warp is done with the last tile
             return
-        c3 = wout(Pu, blk, h, cw - 1, 0, M, nr1)
-        colsum(sums, b, N, M, h, cw - 1, p01 + (c2 + c3), want_sums)
-        c0 = wout(Pu, blk, h, cw, 3 * G, M, nr1)
-        c1 = wout(Pu, blk, h, cw, 2 * G, M, nr1)
-        c2 = wout(Pu, blk, h, cw, G, M, nr1)
-        c3 = wout(Pu, blk, h, cw, 0, M, nr1)
-        colsum(sums, b, N, M, h, cw, (c0 + c1) + (c2 + c3), want_sums)
+        c3 = wout(Pu, blk, h, cw - 1, 0, Ml, M, nr1)
+        colsum(sums, b, N, Ml, h, cw - 1, p01 + (c2 + c3), want_sums)
+        c0 = wout(Pu, blk, h, cw, 3 * G, Ml, M, nr1)
+        c1 = wout(Pu, blk, h, cw, 2 * G, Ml, M, nr1)
+        c2 = wout(Pu, blk, h, cw, G, Ml, M, nr1)
+        c3 = wout(Pu, blk, h, cw, 0, Ml, M, nr1)
+        colsum(sums, b, N, Ml, h, cw, (c0 + c1) + (c2 + c3), want_sums)
 
     return sw, gradient_warp, mover
 
 
+def _zero_padding(blk_t):
+    """``zero_padding``: with lengths, a band's cells of E past the pair's own table."""
+
+    @device
+    def zero_padding(P, b, N, M, i0, Nb, Mb):
+        """Zero the band's cells of ``P[b, 1]`` (E) past the pair's rows ``Nb`` and columns
+        ``Mb``, which the kernels never write otherwise (the forward's park kernel may have
+        left distances there); every thread of the block takes a share."""
+        Pu = band_view(P, (2 * b * N + i0) * M + N * M)
+        step = cuda.blockDim.x
+        zero = blk_t(0.0)
+        for r in range(min(TB, N - i0)):
+            c0 = 0 if i0 + r >= Nb else Mb
+            for j in range(c0 + cuda.threadIdx.x, M, step):
+                Pu[uint32(r * M + j)] = zero
+
+    return zero_padding
+
+
 def build(spec: BackwardSpec):
-    fast, mover, grads = spec.fast, spec.mover, spec.grads
+    """The backward kernel of ``spec`` (compiled on first launch)."""
+    fast, mover, grads, lengths = spec.fast, spec.mover, spec.grads, spec.lengths
     blk_t = float32 if fast else float64
     write_e, wout, colsum = _e_out()
     group = _cells(spec)
     sw, gradient_warp, move = _side_warps(spec, wout, colsum)
     tsw = TB * sw
+    zero_padding = _zero_padding(blk_t)
 
     @kernel(launch_bounds=(3 * TB, 4) if grads else None)
     def backward(P, N, M, gout, Gb, sums, X, Y, D, GX, GY):
@@ -377,6 +399,12 @@ def build(spec: BackwardSpec):
         pre-filled with ``SENTINEL``).
         Row ``r`` keeps position ``p`` in ring slot ``(p + TB - 1 - r) % RING`` (= ``s % RING``,
         as in the forward).
+
+        ``lengths``: the pair's own lengths (n, m) sit in ``Gb`` before the ticket (x's B, then
+        y's B); position ``p`` is then column ``m - 1 - p``, E starts at (n - 1, m - 1), bands
+        past row n leave at once (after zeroing their rows of E) and a band's chunks stop at
+        m (its E past column m zeroed first).  The weights past the pair's table are never
+        read.  N, M stay the padded sizes of the layout.
         """
         tx = cuda.threadIdx.x
         tid = tx & (TB - 1) if mover else tx  # the lane (in its warp, with a mover)
@@ -389,9 +417,22 @@ def build(spec: BackwardSpec):
         k = nb - 1 - kr
         b = t - kr * B
         i0 = k * TB
+        if lengths:  # (the pair's own table: Nb x Mb)
+            tail = Gb.shape[0] - 1 - 2 * B
+            Nb = Gb[tail + b]
+            Mb = Gb[tail + B + b]
+            if not grads:
+                zero_padding(P, b, N, M, i0, Nb, Mb)
+            if i0 >= Nb:
+                return  # a band past the pair's rows
+            nbb = (Nb + TB - 1) // TB  # the pair's bands
+        else:
+            Nb = N
+            Mb = M
+            nbb = nb
         i = i0 + tid
         own = (b * nb + k) * (M + 1)  # this band's boundary row in the flat Gb
-        width = M if i < N else 0
+        width = Mb if i < Nb else 0
         lag = TB - 1 - tid
         ups = k > 0  # a band above to hand to
         pub = tid == 0 and ups  # lane 0 hands its v to the band above
@@ -400,11 +441,11 @@ def build(spec: BackwardSpec):
         grp = cuda.shared.array(G, float64)
         pubs = cuda.shared.array(PUBS, float64)  # lane 0's hand-overs (+ spare slots)
         xch = cuda.shared.array((2, TB), float64)
-        nchunks = (M + TB - 1 + TW - 1) // TW
+        nchunks = (Mb + TB - 1 + TW - 1) // TW
         row0 = (2 * b * N + i0) * M  # P[b, 0, i0, 0] (flat)
         Pd = band_view(P, row0)  # band views (see _ld8) of this pair's weights
         Pu = band_view(P, row0 + N * M)  # (and E, written over p_up)
-        nr1 = uint32(min(TB, N - i0) - 1)  # the band's last row
+        nr1 = uint32(min(TB, Nb - i0) - 1)  # the band's last row
         Mu = uint32(M)
         want_sums = sums.shape[1] == N + M
         if grads:  # the gradient warp's tiles (two, by chunk parity), column and row sums
@@ -421,10 +462,12 @@ def build(spec: BackwardSpec):
             YS = TH
         if mover and tx >= 2 * TB:
             if grads:
-                gradient_warp(X, Y, D, GX, GY, TH, CS, RS, XS, YS, b, N, M, i0, nr1, tid, nchunks)
+                gradient_warp(
+                    X, Y, D, GX, GY, TH, CS, RS, XS, YS, b, N, Mb, M, i0, nr1, tid, nchunks
+                )
             return
         if mover and tx >= TB:
-            move(Pd, Pu, blk, TH, CS, sums, b, N, M, Mu, nr1, tid, nchunks, want_sums)
+            move(Pd, Pu, blk, TH, CS, sums, b, N, Mb, M, Mu, nr1, tid, nchunks, want_sums)
             return
         if tid < G:
             grp[tid] = 0.0  # the bottom band's row below (others overwrite it group by group)
@@ -438,20 +481,20 @@ def build(spec: BackwardSpec):
             sync_band()  # before the first chunk's staging writes other lanes' rows
         # (e_left, d_prev, inc_next, rs); E[N-1, M-1] = gout enters as the "from the right"
         # term of position 0.
-        st = (float64(gout[b]) if i == N - 1 else 0.0, 0.0, 0.0, 0.0)
-        below_ok = k < nb - 1
+        st = (float64(gout[b]) if i == Nb - 1 else 0.0, 0.0, 0.0, 0.0)
+        below_ok = k < nbb - 1
         below_row = own + (M + 1) if below_ok else own  # (the bottom band: its own, ignored)
-        pref = poll(Gb, below_row + min(tid, M))
-        pb = (pubs, Gb, own, TB - 1, M)  # where lane 0's steps put their hand-overs
+        pref = poll(Gb, below_row + min(tid, Mb))
+        pb = (pubs, Gb, own, TB - 1, Mb)  # where lane 0's steps put their hand-overs
         if not mover:
-            jn = uint32(max(M - 1 - tid, 0))
+            jn = uint32(max(Mb - 1 - tid, 0))
             wd, wu = ld32(Pd, jn, Mu, nr1), ld32(Pu, jn, Mu, nr1)
         else:
             bar_steps()  # the mover's zeroing and first staging
         for c in range(nchunks):
             s0c = c * TW
             pl = s0c + tid  # the position this thread stages
-            jl = M - 1 - pl
+            jl = Mb - 1 - pl
             if not mover:
                 # as in the forward: registers (chunk c) into the ring, then load chunk c + 1
                 # (rows and columns past the table stage copies of real, finite weights: their
@@ -462,19 +505,19 @@ def build(spec: BackwardSpec):
                 wd, wu = ld32(Pd, jn, Mu, nr1), ld32(Pu, jn, Mu, nr1)
                 sync_band()
             # TW // G = 4 groups, unrolled as in the forward
-            pref = handoff(Gb, below_row, s0c, M, pref, grp, 0.0, below_ok)
+            pref = handoff(Gb, below_row, s0c, Mb, pref, grp, 0.0, below_ok)
             st = group(blk, rowb, pb, tid, s0c, grp, st, lag, width, pub, xch)
             if mover:
                 bar_steps()
-            pref = handoff(Gb, below_row, s0c + G, M, pref, grp, 0.0, below_ok)
+            pref = handoff(Gb, below_row, s0c + G, Mb, pref, grp, 0.0, below_ok)
             st = group(blk, rowb, pb, tid, s0c + G, grp, st, lag, width, pub, xch)
             if mover:
                 bar_steps()
-            pref = handoff(Gb, below_row, s0c + 2 * G, M, pref, grp, 0.0, below_ok)
+            pref = handoff(Gb, below_row, s0c + 2 * G, Mb, pref, grp, 0.0, below_ok)
             st = group(blk, rowb, pb, tid, s0c + 2 * G, grp, st, lag, width, pub, xch)
             if mover:
                 bar_steps()
-            pref = handoff(Gb, below_row, s0c + 3 * G, M, pref, grp, 0.0, below_ok)
+            pref = handoff(Gb, below_row, s0c + 3 * G, Mb, pref, grp, 0.0, below_ok)
             st = group(blk, rowb, pb, tid, s0c + 3 * G, grp, st, lag, width, pub, xch)
             if grads:
                 RS[tid] = float32(st[3])  # (the last chunk's: the row sums of E)
@@ -483,14 +526,12 @@ def build(spec: BackwardSpec):
                 continue
             sync_band()
             if c > 0:
-                write_e(Pu, blk, sums, b, N, M, s0c - TW + tid, nr1, want_sums)
+                write_e(Pu, blk, sums, b, N, Mb, M, s0c - TW + tid, nr1, want_sums)
             sync_band()
         sync_band()
         if not mover:
-            write_e(Pu, blk, sums, b, N, M, (nchunks - 1) * TW + tid, nr1, want_sums)
-        if want_sums and i < N and not grads:
+            write_e(Pu, blk, sums, b, N, Mb, M, (nchunks - 1) * TW + tid, nr1, want_sums)
+        if want_sums and i < Nb and not grads:
             sums[b, i] = st[3]
-
-    return backward
 
     return backward

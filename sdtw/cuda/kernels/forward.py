@@ -204,10 +204,11 @@ def _writes(get_pd):
         wcell(w0, w1, blk, wup, jp, M, min(r0 + 7, rmax))
 
     @device
-    def write_w(w0, w1, blk, wup, jp, M, nr1):
-        """Column ``jp``'s weights of the band's rows, coalesced along columns; a full band
-        (``nr1 = TB - 1``) with constant row offsets."""
-        if jp < M:
+    def write_w(w0, w1, blk, wup, jp, Ml, M, nr1):
+        """Column ``jp``'s weights of the band's rows, coalesced along columns (if ``jp`` is a
+        column of the pair: below ``Ml``; rows ``M`` apart); a full band (``nr1 = TB - 1``)
+        with constant row offsets."""
+        if jp < Ml:
             if nr1 == TB - 1:
                 write8(w0, w1, blk, wup, jp, M, TB - 1, 0)
                 write8(w0, w1, blk, wup, jp, M, TB - 1, 8)
@@ -235,14 +236,15 @@ def _items(spec: ForwardSpec, write8):
         return hi, lo
 
     @device
-    def item(w0, w1, blk, wup, Xb, Xlo, h, cc, r0, M, Mu, nr1, v, store):
+    def item(w0, w1, blk, wup, Xb, Xlo, h, cc, r0, Ml, M, Mu, nr1, v, store):
         """The mover's item (see the module docstring): row group ``r0 .. r0 + 7`` of column
         chunk ``cc``.  ``v`` holds its costs (from :func:`load8`, two items ago); returns the
-        loads of the item two on, so that their latency spans two groups of steps."""
+        loads of the item two on, so that their latency spans two groups of steps.  ``Ml``:
+        the pair's columns; ``M`` (``Mu``): the row stride."""
         # (A row group past the band's last row is not written: its rows would be that
         # row's again, whose slot holds the next chunk's cost by then.)
         jp = (cc - 2) * TW + h
-        if store and cc >= 2 and jp < M and r0 <= nr1:
+        if store and cc >= 2 and jp < Ml and r0 <= nr1:
             write8(w0, w1, blk, wup, jp, M, nr1, r0)
         hi, lo = v
         st8(blk, 0, join8(hi, lo) if hilo else hi, r0, cc * TW + h, 1)
@@ -250,28 +252,28 @@ def _items(spec: ForwardSpec, write8):
             cn, rn = cc + 1, r0 - 2 * G
         else:
             cn, rn = cc, r0 + 2 * G
-        v = load8(Xb, Xlo, uint32(min(cn * TW + h, M - 1)), Mu, nr1, rn)
+        v = load8(Xb, Xlo, uint32(min(cn * TW + h, Ml - 1)), Mu, nr1, rn)
         bar_mover()
         return v
 
     @device
-    def titem(w0, w1, blk, wup, T, h, cc, r0, M, nr1, ncol, store):
+    def titem(w0, w1, blk, wup, T, h, cc, r0, Ml, M, nr1, ncol, store):
         """:func:`item` in mode ``tiled``: the costs of row group ``r0 ..`` of column chunk
-        ``cc`` come from the distance warp's tile ``T`` (zeros past ``M``)."""
+        ``cc`` come from the distance warp's tile ``T`` (zeros past ``Ml``)."""
         jp = (cc - 2) * TW + h
-        if store and cc >= 2 and jp < M and r0 <= nr1:
+        if store and cc >= 2 and jp < Ml and r0 <= nr1:
             write8(w0, w1, blk, wup, jp, M, nr1, r0)
         st8(blk, 0, dist.tget8(T, r0, h, cc < ncol), r0, cc * TW + h, 1)
         bar_mover()
 
     @device
-    def write_rest(w0, w1, blk, wup, h, M, nr1, nchunks):
+    def write_rest(w0, w1, blk, wup, h, Ml, M, nr1, nchunks):
         """The mover's last weights, after its last item: what no item wrote (column chunk
         ``cw``'s row group ``q`` was written by item ``4 cw + q + 5`` if that is below the
         number of items, ``4 nchunks``)."""
         for cw in range(max(nchunks - 3, 0), nchunks):
             jp = cw * TW + h
-            if jp < M:
+            if jp < Ml:
                 for q in range(4):
                     if 4 * cw + q + 5 >= 4 * nchunks and q * G <= nr1:
                         write8(w0, w1, blk, wup, jp, M, nr1, q * G)
@@ -285,31 +287,31 @@ def _mover(spec: ForwardSpec, load8, item, write_rest):
     hilo = spec.mode == HILO
 
     @device
-    def mover(w0, w1, blk, wup, Xb, Xlo, h, M, Mu, nr1, nchunks, store):
+    def mover(w0, w1, blk, wup, Xb, Xlo, h, Ml, M, Mu, nr1, nchunks, store):
         """The mover (warp 1): column chunk 0's first three row groups now, the loads of
         items 0 and 1 in flight; then one item per group, a barrier after each (as many as
         the steps' warp: one after the staging, one per group)."""
-        jn = uint32(min(h, M - 1))
+        jn = uint32(min(h, Ml - 1))
         for q in range(3):
             hi, lo = load8(Xb, Xlo, jn, Mu, nr1, q * G)
             st8(blk, 0, join8(hi, lo) if hilo else hi, q * G, h, 1)
         v = load8(Xb, Xlo, jn, Mu, nr1, 3 * G)
-        v1 = load8(Xb, Xlo, uint32(min(TW + h, M - 1)), Mu, nr1, 0)
+        v1 = load8(Xb, Xlo, uint32(min(TW + h, Ml - 1)), Mu, nr1, 0)
         bar_mover()
         for c in range(nchunks):
-            v = item(w0, w1, blk, wup, Xb, Xlo, h, c, 3 * G, M, Mu, nr1, v, store)
-            v1 = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, 0, M, Mu, nr1, v1, store)
-            v = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, G, M, Mu, nr1, v, store)
-            v1 = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, 2 * G, M, Mu, nr1, v1, store)
+            v = item(w0, w1, blk, wup, Xb, Xlo, h, c, 3 * G, Ml, M, Mu, nr1, v, store)
+            v1 = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, 0, Ml, M, Mu, nr1, v1, store)
+            v = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, G, Ml, M, Mu, nr1, v, store)
+            v1 = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, 2 * G, Ml, M, Mu, nr1, v1, store)
         if store:
-            write_rest(w0, w1, blk, wup, h, M, nr1, nchunks)
+            write_rest(w0, w1, blk, wup, h, Ml, M, nr1, nchunks)
 
     return mover
 
 
 def build(spec: ForwardSpec):
     """The forward kernel of ``spec`` (compiled on first launch)."""
-    mode, mover = spec.mode, spec.mover
+    mode, mover, lengths = spec.mode, spec.mover, spec.lengths
     fused, tiled, split, hilo = mode == FUSED, mode == TILED, mode == SPLIT, mode == HILO
     parked = split or hilo  # X is P, holding the park kernel's distances
     blk_t, w_t, _ = _block_types(spec)
@@ -328,6 +330,11 @@ def build(spec: ForwardSpec):
         P (B, 2, N, M) weights, flat (written iff ``store``), Rb int64 boundary rows
         (B, nb, M + 1) flattened, plus one element, the ticket counter (float64 bits /
         counter, all pre-filled with ``SENTINEL``), out (B,) loss (any float dtype).
+
+        ``lengths``: the pair's own lengths (n, m) sit in Rb before the counter (x's B, then
+        y's B), ``lo`` is the band's radius (-1: none) and ``hi`` is unused; the band follows
+        the pair's lengths, bands past n leave at once and a band's chunks stop at m.  N, M
+        stay the padded sizes of the layout.
         """
         tx = cuda.threadIdx.x
         tid = tx & (TB - 1) if mover else tx  # the lane (in its warp, with a mover)
@@ -339,17 +346,34 @@ def build(spec: ForwardSpec):
         k = t // B
         b = t - k * B
         i0 = k * TB
+        if lengths:  # (the pair's own table: Nb x Mb, its own band)
+            tail = Rb.shape[0] - 1 - 2 * B
+            Nb = Rb[tail + b]
+            Mb = Rb[tail + B + b]
+            if lo < 0:
+                lob = Nb + Mb
+                hib = lob
+            else:
+                lob = lo + max(Nb - Mb, 0)
+                hib = lo + max(Mb - Nb, 0)
+            if i0 >= Nb:
+                return  # a band past the pair's rows
+        else:
+            Nb = N
+            Mb = M
+            lob = lo
+            hib = hi
         i = i0 + tid
         own = (b * nb + k) * (M + 1)  # this band's boundary row in the flat Rb
-        # This lane's row has cells at columns [jlo, jhi) (the band; none past row N - 1): at
+        # This lane's row has cells at columns [jlo, jhi) (the band; none past row Nb - 1): at
         # step s it computes column s - tid, a cell iff below(s - lead, width).
-        jlo = max(i - lo, 0)
-        jhi = min(i + hi + 1, M)
-        width = jhi - jlo if (i < N and jhi > jlo) else 0
+        jlo = max(i - lob, 0)
+        jhi = min(i + hib + 1, Mb)
+        width = jhi - jlo if (i < Nb and jhi > jlo) else 0
         lead = jlo + tid
         # The lane of the band's last row publishes it for the band below (the last band's,
-        # row N - 1, is where the loss is read at the end).
-        plag = min(TB - 1, N - 1 - i0)
+        # row Nb - 1, is where the loss is read at the end).
+        plag = min(TB - 1, Nb - 1 - i0)
         pub = tid == plag
         blk = cuda.shared.array(PO1, blk_t)  # cost, then p_diag; row r at r RING1
         if fused:
@@ -385,11 +409,11 @@ def build(spec: ForwardSpec):
         else:
             xn = txn  # placeholders: never read
             yn = tyn
-        ncol = (M + TW - 1) // TW  # column chunks with cells
-        nchunks = (M + TB - 1 + TW - 1) // TW
+        ncol = (Mb + TW - 1) // TW  # column chunks with cells
+        nchunks = (Mb + TB - 1 + TW - 1) // TW
         # Band views (see staging): the weights' two planes, and where the costs come from.
         row0 = (2 * b * N + i0) * M  # P[b, 0, i0, 0] (flat)
-        nr1 = uint32(min(TB, N - i0) - 1)  # the band's last row
+        nr1 = uint32(min(TB, Nb - i0) - 1)  # the band's last row
         Wf = X if parked else P
         w0 = band_view(Wf, row0)
         w1 = band_view(Wf, row0 + N * M)
@@ -410,15 +434,15 @@ def build(spec: ForwardSpec):
                 nq = cuda.local.array(8, float64)
                 Xp = band_view(X, b * N * D)  # this pair's x and y
                 Yp = band_view(Y, b * M * D)
-                tile_acc(Xp, Yp, xsh, ysh, acc, nq, i0, 0, N, M, D, tid)
-                dist.tile_out(acc, nq, T, txn, tyn, part, i0, 0, N, M, tid)
+                tile_acc(Xp, Yp, xsh, ysh, acc, nq, i0, 0, Nb, Mb, D, tid)
+                dist.tile_out(acc, nq, T, txn, tyn, part, i0, 0, Nb, Mb, tid)
                 ready_arrive()
                 for c in range(nchunks):
                     if c + 1 < ncol:
                         j1 = (c + 1) * TW
-                        tile_acc(Xp, Yp, xsh, ysh, acc, nq, i0, j1, N, M, D, tid)
+                        tile_acc(Xp, Yp, xsh, ysh, acc, nq, i0, j1, Nb, Mb, D, tid)
                         free_wait()  # the mover is done with chunk c's tile
-                        dist.tile_out(acc, nq, T, txn, tyn, part, i0, j1, N, M, tid)
+                        dist.tile_out(acc, nq, T, txn, tyn, part, i0, j1, Nb, Mb, tid)
                         ready_arrive()
             return  # the third warp (see the module docstring)
         if tiled and tx >= TB:
@@ -431,22 +455,22 @@ def build(spec: ForwardSpec):
                 st8(blk, 0, dist.tget8(T, q * G, h, True), q * G, h, 1)
             bar_mover()
             for c in range(nchunks):
-                titem(w0, w1, blk, wup, T, h, c, 3 * G, M, nr1, ncol, store)
+                titem(w0, w1, blk, wup, T, h, c, 3 * G, Mb, M, nr1, ncol, store)
                 if c + 1 < ncol:
                     free_arrive()  # chunk c's tile read
                     ready_wait()  # chunk c + 1's written
-                titem(w0, w1, blk, wup, T, h, c + 1, 0, M, nr1, ncol, store)
-                titem(w0, w1, blk, wup, T, h, c + 1, G, M, nr1, ncol, store)
-                titem(w0, w1, blk, wup, T, h, c + 1, 2 * G, M, nr1, ncol, store)
+                titem(w0, w1, blk, wup, T, h, c + 1, 0, Mb, M, nr1, ncol, store)
+                titem(w0, w1, blk, wup, T, h, c + 1, G, Mb, M, nr1, ncol, store)
+                titem(w0, w1, blk, wup, T, h, c + 1, 2 * G, Mb, M, nr1, ncol, store)
             if store:
-                write_rest(w0, w1, blk, wup, h, M, nr1, nchunks)
+                write_rest(w0, w1, blk, wup, h, Mb, M, nr1, nchunks)
             return
         if mover and tx >= TB:
-            move(w0, w1, blk, wup, Xb, Xlo, tid, M, Mu, nr1, nchunks, store)
+            move(w0, w1, blk, wup, Xb, Xlo, tid, Mb, M, Mu, nr1, nchunks, store)
             return
         if fused:
             xx = 0.0
-            ii = min(i, N - 1)
+            ii = min(i, Nb - 1)
             for d in range(D):
                 xv = float64(X[b, ii, d])
                 xx += xv * xv
@@ -457,8 +481,8 @@ def build(spec: ForwardSpec):
         st = (0.0 if (k == 0 and tid == 0) else INF, INF, INF)
         has = k > 0  # a band above to take the row from
         above = own - (M + 1) if has else own  # (the top band reads its own row, ignored)
-        pref = poll(Rb, above + min(tid, M))
-        pb = (pubs, Rb, own, plag, M)  # where the publishing lane's steps put their values
+        pref = poll(Rb, above + min(tid, Mb))
+        pb = (pubs, Rb, own, plag, Mb)  # where the publishing lane's steps put their values
         dd = tid % DC  # fused staging: lane (dd, rh) takes feature dd of rows rh, rh + 2, ..
         rh = tid // DC
         yy = 0.0
@@ -469,13 +493,13 @@ def build(spec: ForwardSpec):
             for r in range(TB):
                 acc[r] = 0.0
             for d0 in range(0, D, DC):
-                dist.stage_pass(Xf, Yf, xsh, ysh, i0, 0, N, M, D, d0, dd, rh)
+                dist.stage_pass(Xf, Yf, xsh, ysh, i0, 0, Nb, Mb, D, d0, dd, rh)
                 yy = products(acc, xsh, ysh, tid, yy, acc)
             yn[tid] = yy
             sync_band()  # every lane's column norm in yn
-            dist.distances(acc, yn, xn, blk, i0, N, M, 0, tid, scale)
+            dist.distances(acc, yn, xn, blk, i0, Nb, Mb, 0, tid, scale)
         if not fused and not mover:
-            jn = uint32(min(tid, M - 1))
+            jn = uint32(min(tid, Mb - 1))
             a = ld32(Xb, jn, Mu, nr1)
             if hilo:
                 a2 = ld32(Xlo, jn, Mu, nr1)
@@ -498,7 +522,7 @@ def build(spec: ForwardSpec):
                     st32(blk, 0, join32(a, a2), jl, 1)
                 else:
                     st32(blk, 0, a, jl, 1)
-                jn = uint32(min(jl + TW, M - 1))
+                jn = uint32(min(jl + TW, Mb - 1))
                 a = ld32(Xb, jn, Mu, nr1)
                 if hilo:
                     a2 = ld32(Xlo, jn, Mu, nr1)
@@ -506,47 +530,47 @@ def build(spec: ForwardSpec):
                 sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it); with
             # a mover, a barrier after each (see item)
-            pref = handoff(Rb, above, j0, M, pref, grp, INF, has)
+            pref = handoff(Rb, above, j0, Mb, pref, grp, INF, has)
             st = group(blk, wup, rowb, pb, tid, j0, grp, st, lead, width, pub, scale, xch)
             if mover:
                 bar_steps()
-            pref = handoff(Rb, above, j0 + G, M, pref, grp, INF, has)
+            pref = handoff(Rb, above, j0 + G, Mb, pref, grp, INF, has)
             st = group(blk, wup, rowb, pb, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
             if mover:
                 bar_steps()
-            pref = handoff(Rb, above, j0 + 2 * G, M, pref, grp, INF, has)
+            pref = handoff(Rb, above, j0 + 2 * G, Mb, pref, grp, INF, has)
             st = group(blk, wup, rowb, pb, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
             if mover:
                 bar_steps()
-            pref = handoff(Rb, above, j0 + 3 * G, M, pref, grp, INF, has)
+            pref = handoff(Rb, above, j0 + 3 * G, Mb, pref, grp, INF, has)
             st = group(blk, wup, rowb, pb, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
             if mover:
                 bar_steps()
                 continue
             if fused:
                 sync_band()  # (this chunk's steps done, before the next chunk's distances)
-            if fused and jn0 < M:
+            if fused and jn0 < Mb:
                 # Chunk c + 1's distances, after this chunk's steps.  (Interleaving them with
                 # the steps, two features per step, was 20-27% slower on the H200.)
                 for r in range(TB):
                     acc[r] = 0.0
                 yy = 0.0
                 for d0 in range(0, D, DC):
-                    dist.stage_pass(Xf, Yf, xsh, ysh, i0, jn0, N, M, D, d0, dd, rh)
+                    dist.stage_pass(Xf, Yf, xsh, ysh, i0, jn0, Nb, Mb, D, d0, dd, rh)
                     yy = products(acc, xsh, ysh, tid, yy, acc)
                 yn[tid] = yy  # (read after the barriers below)
             sync_band()
             # Chunk c - 1 is complete now: write its weights out, coalesced along columns.
             if store and c > 0:
-                write_w(w0, w1, blk, wup, j0 - TW + tid, M, nr1)
+                write_w(w0, w1, blk, wup, j0 - TW + tid, Mb, M, nr1)
             sync_band()
-            if fused and jn0 < M:
+            if fused and jn0 < Mb:
                 # chunk c + 1's distances, into chunk c - 1's slots (written out just above)
-                dist.distances(acc, yn, xn, blk, i0, N, M, jn0, tid, scale)
+                dist.distances(acc, yn, xn, blk, i0, Nb, Mb, jn0, tid, scale)
         sync_band()
-        if i == N - 1:  # the publishing lane of the last band: its own shared store
-            out[b] = pubs[ring(M - 1 + plag)] * (gamma * LN2)
+        if i == Nb - 1:  # the publishing lane of the last band: its own shared store
+            out[b] = pubs[ring(Mb - 1 + plag)] * (gamma * LN2)
         if store and not mover:
-            write_w(w0, w1, blk, wup, (nchunks - 1) * TW + tid, M, nr1)
+            write_w(w0, w1, blk, wup, (nchunks - 1) * TW + tid, Mb, M, nr1)
 
     return forward

@@ -27,12 +27,14 @@ class ForwardSpec:
     mover : a mover warp per band stages the costs and writes the weights out (modes
         ``hilo`` and ``tiled``; ``tiled`` always has one).
     recurrence : the cell update (:data:`sdtw.cuda.kernels.recurrence.RECURRENCES`).
+    lengths : per-pair lengths (variable-length batches; see the kernel's docstring).
     """
 
     mode: str
     fast: bool
     mover: bool = False
     recurrence: str = "soft-dtw"
+    lengths: bool = False
 
     def __post_init__(self) -> None:
         ok = (
@@ -48,7 +50,8 @@ class ForwardSpec:
     @property
     def label(self) -> str:
         dtype = "f32" if self.fast else "f64"
-        return f"forward-{self.mode}-{dtype}" + ("-mover" if self.mover else "")
+        extra = ("-mover" if self.mover else "") + ("-lengths" if self.lengths else "")
+        return f"forward-{self.mode}-{dtype}{extra}"
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,13 @@ class BackwardSpec:
     grads : with the mover, float32: the gradients wrt x and y from the sweep, for up to
         ``8 grads`` features (one of :data:`~sdtw.cuda.kernels.geometry.SWEEP_TILES`); 0:
         E is written instead.
+    lengths : per-pair lengths (variable-length batches; see the kernel's docstring).
     """
 
     fast: bool
     mover: bool = False
     grads: int = 0
+    lengths: bool = False
 
     def __post_init__(self) -> None:
         if self.grads and not (self.fast and self.mover and self.grads in SWEEP_TILES):
@@ -74,7 +79,7 @@ class BackwardSpec:
     def label(self) -> str:
         dtype = "f32" if self.fast else "f64"
         extra = ("-mover" if self.mover else "") + (f"-grads{self.grads}" if self.grads else "")
-        return f"backward-{dtype}{extra}"
+        return f"backward-{dtype}{extra}" + ("-lengths" if self.lengths else "")
 
 
 @dataclass(frozen=True)
