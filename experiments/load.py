@@ -1,5 +1,5 @@
-"""Read the committed benchmark CSVs: shared by :mod:`paper.make_report` and
-:mod:`figures.make_figures`.
+"""Read the committed benchmark CSVs: the one loader of the report (:mod:`paper`) and the
+figures (:mod:`figures.make_figures`).
 
 Standard library only (plus :mod:`experiments.sweeps` for the planned grids), so the report
 can be regenerated and checked in the test environment, where pandas and matplotlib may be
@@ -11,6 +11,10 @@ result, e.g. a NaN gradient) are the float NaN / inf, so the two cases stay apar
 
 The ``barycenter`` sweep writes several metrics per (implementation, mode, configuration), one
 row each (:mod:`experiments.barycenter`); :func:`measurement` gathers them.
+
+Besides the sweeps, two CSV sets that only the figures draw: one CSV per fresh device process
+under :data:`PROCESSES` (:meth:`Results.processes`) and the Triton gradient sizes
+:data:`TC_GRAD_SIZES` (:meth:`Results.tc_grad_sizes`).
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ __all__ = [
     "FORWARD_BACKWARD",
     "ITERATION",
     "NO_EARLY_STOP",
+    "PROCESSES",
     "REPO",
     "RESULTS",
+    "TC_GRAD_SIZES",
     "Measurement",
     "Point",
     "Results",
@@ -54,6 +60,11 @@ ITERATION = "barycenter-adam"
 EARLY_STOP = "barycenter-adam-early-stop"
 NO_EARLY_STOP = "barycenter-adam-max-iter"
 BARYCENTER_MODES = (ITERATION, EARLY_STOP, NO_EARLY_STOP)
+#: Folder of one ``targets-run<R>-process<P>.csv`` per fresh device process (the eager
+#: N = 512 step of issue 3), inside a results folder.
+PROCESSES = "targets-processes"
+#: The Triton gradients' timings against D, inside a results folder.
+TC_GRAD_SIZES = "tc-grads-align/gradsizes.csv"
 
 Row = dict[str, str]
 
@@ -101,8 +112,7 @@ class Results:
         for name in SWEEP_FILES + OPTIONAL_FILES:
             path = self.folder / f"{name}.csv"
             if path.exists():
-                with path.open(newline="") as f:
-                    self.sweeps[name] = list(csv.DictReader(f))
+                self.sweeps[name] = _read(path)
             elif name in SWEEP_FILES:
                 self.sweeps[name] = []
 
@@ -141,6 +151,27 @@ class Results:
         ).split():
             out[column] = " / ".join(sorted({r[column] for r in rows}))
         return out
+
+    def processes(self) -> list[tuple[int, int, list[Row]]]:
+        """(run, process, rows) of each ``<PROCESSES>/targets-run<R>-process<P>.csv``, in run
+        then process order; empty when the folder is absent."""
+
+        def key(path: Path) -> tuple[int, int]:
+            run, process = path.stem.removeprefix("targets-run").split("-process")
+            return int(run), int(process)
+
+        paths = sorted((self.folder / PROCESSES).glob("targets-run*-process*.csv"), key=key)
+        return [(*key(path), _read(path)) for path in paths]
+
+    def tc_grad_sizes(self) -> list[Row] | None:
+        """The rows of ``<TC_GRAD_SIZES>``, in the file's (run) order; ``None`` when absent."""
+        path = self.folder / TC_GRAD_SIZES
+        return _read(path) if path.exists() else None
+
+
+def _read(path: Path) -> list[Row]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def _equal(cell: str, value: object) -> bool:

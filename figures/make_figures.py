@@ -42,7 +42,6 @@ byte-identical PNG and PDF files.
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib
 import math
 import sys
@@ -61,8 +60,10 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from experiments.load import (
+    PROCESSES,
     REPO,
     RESULTS,
+    TC_GRAD_SIZES,
     Results,
     impl_order,
     not_ok,
@@ -546,28 +547,13 @@ def figure_scaling(results: Results, out: Path) -> list[Path]:
 TARGET_512_MS = 0.5
 
 
-def _process_rows(folder: Path) -> list[tuple[str, list[dict[str, str]]]]:
-    """(label, rows) of each ``targets-run<R>-process<P>.csv`` in ``folder``, in run order."""
-
-    def key(path: Path) -> tuple[int, int]:
-        run, process = path.stem.removeprefix("targets-run").split("-process")
-        return int(run), int(process)
-
-    out = []
-    for path in sorted(folder.glob("targets-run*-process*.csv"), key=key):
-        run, process = key(path)
-        with path.open(newline="") as f:
-            out.append((f"run {run}\n#{process}", list(csv.DictReader(f))))
-    return out
-
-
 def figure_processes(results: Results, out: Path) -> list[Path]:
     """The eager N = 512 step (B = 32, D = 64) in each fresh device process of
     ``targets-processes/``: synchronised medians with their p20-p80 and back-to-back
     medians, fused and unfused, against the 0.5 ms target."""
-    runs = _process_rows(results.folder / "targets-processes")
+    runs = [(f"run {run}\n#{process}", rows) for run, process, rows in results.processes()]
     if not runs:
-        print("targets-processes: SKIPPED — no targets-processes/*.csv in the results folder")
+        print(f"targets-processes: SKIPPED — no {PROCESSES}/*.csv in the results folder")
         return []
     fig, ax = plt.subplots(figsize=(8.5, 4.6))
     offsets = {"sdtw-fused": -0.12, "sdtw-unfused": 0.12}
@@ -612,7 +598,7 @@ def figure_processes(results: Results, out: Path) -> list[Path]:
     def distinct(column: str, width: int | None = None) -> str:
         return " / ".join(sorted({r[column].strip()[:width] for r in rows if r[column].strip()}))
 
-    where = _repo_path(results.folder / "targets-processes")
+    where = _repo_path(results.folder / PROCESSES)
     _data_line(
         fig,
         f"data: {where}/*.csv; {distinct('gpu')}, torch {distinct('torch')}, "
@@ -657,12 +643,10 @@ def figure_tc_grads(results: Results, out: Path) -> list[Path]:
     """Both float32 gradients from E against D at B = 32, N = M = 512: the Triton kernel
     with and without the multiple-of-4 hint, and cuBLAS's float32 form (GPU time of CUDA-graph
     replays of the gradients alone, ``tc-grads-align/gradsizes.csv``)."""
-    path = results.folder / "tc-grads-align" / "gradsizes.csv"
-    if not path.exists():
-        print("tc-grads: SKIPPED — no tc-grads-align/gradsizes.csv in the results folder")
+    rows = results.tc_grad_sizes()
+    if rows is None:
+        print(f"tc-grads: SKIPPED — no {TC_GRAD_SIZES} in the results folder")
         return []
-    with path.open(newline="") as f:
-        rows = list(csv.DictReader(f))
     points = _tc_points(rows)
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
     for key, (label, color, marker, ls) in TC_SERIES.items():
@@ -687,7 +671,8 @@ def figure_tc_grads(results: Results, out: Path) -> list[Path]:
     shas = " / ".join(sorted({r["git_sha"] for r in used}))
     runs = ", ".join(sorted({r["run"] for r in used}, key=int))
     tritons = " / ".join(sorted({r["triton"] for r in used}))
-    _data_line(fig, f"data: {_repo_path(path)} (runs {runs}); {gpus}, triton {tritons}, git {shas}")
+    path = _repo_path(results.folder / TC_GRAD_SIZES)
+    _data_line(fig, f"data: {path} (runs {runs}); {gpus}, triton {tritons}, git {shas}")
     fig.subplots_adjust(left=0.1, right=0.98, top=0.92, bottom=0.17)
     return _save(fig, out, "tc-grads")
 

@@ -1,1 +1,3 @@
-"""The reproduction report (``make_report``) and the results loader it shares with figures."""
+"""The reproduction report: ``python -m paper.make_report`` writes ``paper/REPRODUCTION.md``
+from the committed CSVs (read by :mod:`experiments.load`); :mod:`paper.make_report` lists the
+package's modules by role."""

@@ -19,6 +19,9 @@ import pytest
 
 from experiments.load import RESULTS, Results
 from paper import make_report
+from paper.cited import CITED, published
+from paper.markdown import fmt_g
+from paper.verdicts import verdict_rq2, verdict_rq4
 
 REPO = Path(__file__).resolve().parent.parent
 REPORT = REPO / "paper" / "REPRODUCTION.md"
@@ -102,18 +105,18 @@ def test_report_follows_the_results(tmp_path: Path) -> None:
 def test_rq2_verdict_follows_the_errors(tmp_path: Path) -> None:
     """The verdict is computed: accurate paper-design gradients would make RQ2 reproduced."""
     folder = _copy_results(tmp_path)
-    assert make_report.verdict_rq2(Results(folder)).verdict == "contradicted"
+    assert verdict_rq2(Results(folder)).verdict == "contradicted"
     for impl in ("paper-unfused", "paper-fused"):
         for column in ("rel_err_grad_x", "rel_err_grad_y"):
             _edit(folder / "gamma.csv", {"impl": impl}, column, "1e-05")
-    assert make_report.verdict_rq2(Results(folder)).verdict == "reproduced"
+    assert verdict_rq2(Results(folder)).verdict == "reproduced"
 
 
 def test_rq4_is_not_measured_without_barycenter_results() -> None:
     results = Results(RESULTS)
     if (RESULTS / "barycenter.csv").exists():
         pytest.skip("barycenter results exist")
-    assert make_report.verdict_rq4(results).verdict == "not measured yet"
+    assert verdict_rq4(results).verdict == "not measured yet"
 
 
 # A barycenter.csv as `python -m experiments.run --sweep barycenter` writes it on the GPU, at its
@@ -165,7 +168,7 @@ def test_rq4_summarises_barycenter_csv(tmp_path: Path) -> None:
     _write_barycenter_csv(folder)
     report = make_report.render(Results(folder))
     rq4 = _rq4_section(report)
-    verdict = make_report.verdict_rq4(Results(folder))
+    verdict = verdict_rq4(Results(folder))
     assert verdict.verdict == "reproduced", verdict.reason
     assert "**Verdict: reproduced.**" in rq4 and "not measured yet" not in rq4
     assert "| RQ4 |" in report and "**reproduced** | paper design 51.7–99.1 ms/iteration" in report
@@ -184,7 +187,7 @@ def test_rq4_summarises_barycenter_csv(tmp_path: Path) -> None:
     _edit(
         folder / "barycenter.csv", {**match, "mode": "barycenter-adam-max-iter"}, "median", "433.0"
     )
-    verdict = make_report.verdict_rq4(Results(folder))
+    verdict = verdict_rq4(Results(folder))
     assert (
         verdict.verdict == "not reproduced"
         and "5.0e-02 for `paper-fused` at γ = 0.1" in verdict.reason
@@ -215,27 +218,27 @@ def test_barycenter_modes_and_recipe_match_their_sources() -> None:
     from experiments import barycenter, load
 
     assert load.BARYCENTER_MODES == barycenter.MODES
-    recipe = make_report.CITED["claims"]["RQ4_recipe"]
+    recipe = CITED["claims"]["RQ4_recipe"]
     assert (recipe["lr"], recipe["max_iter"]) == (barycenter.LR, barycenter.MAX_ITER)
     if SHARED.exists():
         text = " ".join((SHARED / "PAPER.md").read_text(encoding="utf-8").split())
         assert f"Adam, lr {recipe['lr']:g}, cosine annealing to lr/10" in text
         assert recipe["lr_final"] == pytest.approx(recipe["lr"] / 10)
-        assert f"patience {recipe['patience']} and tol {make_report._g(recipe['tol'])}," in text
+        assert f"patience {recipe['patience']} and tol {fmt_g(recipe['tol'])}," in text
         assert f"max_iter={recipe['max_iter']}," in text
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="../shared/reference is not beside the repo")
 def test_cited_published_csv_is_verbatim() -> None:
     source = (SHARED / "published_benchmark.csv").read_text(encoding="utf-8")
-    assert make_report.CITED["published_csv"]["csv"].strip() == source.strip()
+    assert CITED["published_csv"]["csv"].strip() == source.strip()
 
 
 @pytest.mark.skipif(not SHARED.exists(), reason="../shared/reference is not beside the repo")
 def test_cited_h200_table_matches_paper_md() -> None:
     text = (SHARED / "PAPER.md").read_text(encoding="utf-8")
     section = text.split("What the reference code does on our H200", 1)[1]
-    cited = make_report.CITED["their_code_h200"]["grid"]
+    cited = CITED["their_code_h200"]["grid"]
     order = ("maghoumi", "maghoumi-bmm", "unfused", "fused")
     seen = 0
     for line in section.splitlines():
@@ -255,7 +258,7 @@ def test_cited_h200_table_matches_paper_md() -> None:
 
 def test_published_saving_column_is_against_maghoumi() -> None:
     """The report says the published fused_saving_pct is 1 - fused / Maghoumi: check it."""
-    rows = [r for r in make_report.published().values() if r["fused_saving_pct"] is not None]
+    rows = [r for r in published().values() if r["fused_saving_pct"] is not None]
     assert rows
     for r in rows:
         expected = 100 * (1 - r["ours_fused_mb"] / r["maghoumi_mb"])
