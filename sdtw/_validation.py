@@ -198,6 +198,68 @@ def check_dist_result(cost: object, x: torch.Tensor, M: int) -> torch.Tensor:
     return cost
 
 
+def _lengths_tensor(name: str, lengths: object, B: int) -> torch.Tensor:
+    """``lengths`` as an int64 tensor (B,) on its own device (a sequence: on the CPU)."""
+    if isinstance(lengths, torch.Tensor):
+        t = lengths
+        if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
+            raise TypeError(
+                f"{name} must hold integers, got a {t.dtype} tensor of shape {tuple(t.shape)}"
+            )
+        _check_not_meta(name, t)
+    else:
+        if isinstance(lengths, (str, bytes)) or not isinstance(
+            lengths, (numbers.Integral, list, tuple, np.ndarray, range)
+        ):
+            raise TypeError(
+                f"{name} must be an integer tensor or a sequence of ints, got {_got(lengths)}"
+            )
+        a = np.asarray(lengths)
+        if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+            if not (a.size == 0 and a.dtype == np.float64):  # ([] reads as float64)
+                raise TypeError(f"{name} must hold integers, got {_got(lengths)}")
+        t = torch.from_numpy(a.astype(np.int64, copy=False).copy())
+    if t.dim() == 0 and B == 1:
+        t = t.reshape(1)
+    if tuple(t.shape) != (B,):
+        raise ValueError(f"{name} must have shape (B,) = ({B},), got shape {tuple(t.shape)}")
+    return t.to(torch.int64)
+
+
+def check_lengths(
+    x_lengths: object, y_lengths: object, B: int, N: int, M: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Per-pair lengths of a padded batch: each None (all N, or all M), an integer tensor
+    (B,) on any device or a sequence of B ints (an int for one pair), with ``1 <= x_lengths[b]
+    <= N`` and ``1 <= y_lengths[b] <= M``.  Returns both as int64 tensors (B,) on ``device``,
+    or None where every pair has the full lengths (nothing to do).
+
+    The values are checked on the CPU (CUDA lengths: one device-to-host read, a sync; not
+    while a CUDA graph is being captured, where they are clamped into range instead)."""
+    if x_lengths is None and y_lengths is None:
+        return None
+    pairs = []
+    for name, lengths, size in (("x_lengths", x_lengths, N), ("y_lengths", y_lengths, M)):
+        if lengths is None:
+            pairs.append((torch.full((B,), size, dtype=torch.int64), True))
+            continue
+        t = _lengths_tensor(name, lengths, B)
+        if t.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            pairs.append((t.clamp(1, size), False))
+            continue
+        lo, hi = (int(v) for v in torch.stack([t.min(), t.max()]).tolist())
+        if lo < 1 or hi > size:
+            bad = int(t[(t < 1) | (t > size)][0])
+            raise ValueError(
+                f"{name} must be between 1 and the padded length {size}, got {bad} "
+                f"(min {lo}, max {hi})"
+            )
+        pairs.append((t, lo == size))
+    if pairs[0][1] and pairs[1][1]:
+        return None
+    return pairs[0][0].to(device), pairs[1][0].to(device)
+
+
 def check_device(name: str, device: object) -> torch.device:
     """A device argument that can hold tensors here (a CUDA device needs a CUDA GPU)."""
     try:

@@ -11,6 +11,10 @@ With ``N == M`` this is ``|i - j| <= r``; a real radius counts by its integer pa
 paper's library takes ``bandwidth=2.5`` as ``|i - j| <= 2.5``).  Kernels take ``(lo, hi)``;
 "no band" is ``lo = hi = N + M`` (every cell allowed).  The band always contains ``(0, 0)`` and
 ``(N - 1, M - 1)`` and a monotone path between them, so the loss stays finite.
+
+In a variable-length batch each pair's band follows its own lengths ``n_b x m_b``
+(:func:`pair_offsets`; the CUDA kernels take the radius, :func:`band_radius`, and derive each
+pair's offsets themselves).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import math
 
 import numpy as np
 
-__all__ = ["band_offsets", "sakoe_chiba_mask"]
+__all__ = ["band_offsets", "pair_offsets", "sakoe_chiba_mask"]
 
 
 def band_offsets(N: int, M: int, bandwidth: float | None) -> tuple[int, int]:
@@ -32,6 +36,27 @@ def band_offsets(N: int, M: int, bandwidth: float | None) -> tuple[int, int]:
         return N + M, N + M
     r = int(min(math.floor(bandwidth), N + M))
     return r + max(N - M, 0), r + max(M - N, 0)
+
+
+def pair_offsets(
+    ns: np.ndarray, ms: np.ndarray, bandwidth: float | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`band_offsets` of each pair of a variable-length batch: int64 arrays ``(lo, hi)``
+    (B,) from its lengths ``ns``, ``ms`` (integer arrays (B,)), each pair's band following its
+    own lengths."""
+    ns, ms = np.asarray(ns, np.int64), np.asarray(ms, np.int64)
+    if bandwidth is None or not bandwidth > 0 or bandwidth == math.inf:
+        return ns + ms, ns + ms
+    r = np.minimum(int(min(math.floor(bandwidth), 2**62)), ns + ms)
+    return r + np.maximum(ns - ms, 0), r + np.maximum(ms - ns, 0)
+
+
+def band_radius(N: int, M: int, bandwidth: float | None) -> int:
+    """The band's integer radius as the CUDA kernels take it with per-pair lengths (each
+    pair's offsets follow from it and its own lengths): ``-1`` for no band."""
+    if bandwidth is None or not bandwidth > 0 or bandwidth == math.inf:
+        return -1
+    return int(min(math.floor(bandwidth), N + M))
 
 
 def sakoe_chiba_mask(N: int, M: int, bandwidth: float | None) -> np.ndarray:

@@ -27,7 +27,7 @@ import torch
 
 from sdtw import _validation as V
 from sdtw._autograd import guard
-from sdtw.band import band_offsets
+from sdtw.band import band_offsets, band_radius, pair_offsets
 from sdtw.cpu import CPUSoftDTW
 from sdtw.distances import pairwise
 from sdtw.reference import softdtw_reference
@@ -126,17 +126,41 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def _cost_loss(cost: torch.Tensor, opts: Options, backend: str) -> torch.Tensor:
-    """Soft-DTW of a validated cost (B, N, M) on a resolved backend -> (B,)."""
+#: Validated per-pair lengths: (x_lengths, y_lengths), int64 (B,) on the inputs' device.
+Lengths = tuple[torch.Tensor, torch.Tensor]
+
+
+def _cost_loss(
+    cost: torch.Tensor, opts: Options, backend: str, lengths: Lengths | None = None
+) -> torch.Tensor:
+    """Soft-DTW of a validated cost (B, N, M) on a resolved backend -> (B,); with
+    ``lengths``, pair b's value is that of ``cost[b, :n_b, :m_b]`` (nothing past it is read,
+    and its gradient there is zero)."""
     N, M = cost.shape[1], cost.shape[2]
     if backend == "reference":
-        return softdtw_reference(cost, opts.gamma, opts.bandwidth)
-    lo, hi = band_offsets(N, M, opts.bandwidth)
+        if lengths is None:
+            return softdtw_reference(cost, opts.gamma, opts.bandwidth)
+        ns, ms = (t.tolist() for t in lengths)
+        return torch.cat(
+            [
+                softdtw_reference(cost[b : b + 1, :n, :m], opts.gamma, opts.bandwidth)
+                for b, (n, m) in enumerate(zip(ns, ms, strict=True))
+            ]
+        )
     if backend == "cpu":
+        if lengths is None:
+            lo, hi = band_offsets(N, M, opts.bandwidth)
+            tables = None
+        else:
+            tables = tuple(t.cpu().numpy() for t in lengths)
+            lo, hi = pair_offsets(*tables, opts.bandwidth)
         if cost.device.type != "cpu":
-            return CPUSoftDTW.apply(cost.cpu(), opts.gamma, lo, hi).to(cost.device)
-        return CPUSoftDTW.apply(cost, opts.gamma, lo, hi)
-    return _cuda_module().softdtw_cost(cost, opts.gamma, lo, hi)
+            return CPUSoftDTW.apply(cost.cpu(), opts.gamma, lo, hi, tables).to(cost.device)
+        return CPUSoftDTW.apply(cost, opts.gamma, lo, hi, tables)
+    if lengths is None:
+        return _cuda_module().softdtw_cost(cost, opts.gamma, *band_offsets(N, M, opts.bandwidth))
+    radius = band_radius(N, M, opts.bandwidth)
+    return _cuda_module().softdtw_cost(cost, opts.gamma, radius, 0, torch.cat(lengths))
 
 
 def _fused_by_default(x: torch.Tensor, y: torch.Tensor) -> bool:
@@ -148,9 +172,11 @@ def _fused_by_default(x: torch.Tensor, y: torch.Tensor) -> bool:
     return not cuda.cost_fits(B, N, M, x.dtype, x.device)
 
 
-def _pair_loss(x: torch.Tensor, y: torch.Tensor, opts: Options, name: str) -> torch.Tensor:
+def _pair_loss(
+    x: torch.Tensor, y: torch.Tensor, opts: Options, name: str, lengths: Lengths | None = None
+) -> torch.Tensor:
     """Soft-DTW of validated batched sequences (no normalisation) on the resolved backend
-    ``name`` -> (B,)."""
+    ``name`` -> (B,), each pair over its own ``lengths`` (None: all N, M)."""
     backend = BACKENDS[name]
     can_fuse = backend.fused and opts.dist == "sqeuclidean"
     if opts.fused is True and not can_fuse:
@@ -160,34 +186,61 @@ def _pair_loss(x: torch.Tensor, y: torch.Tensor, opts: Options, name: str) -> to
         )
     if can_fuse:  # fused or not, the CUDA kernels build the squared distances
         fused = _fused_by_default(x, y) if opts.fused is None else opts.fused
-        lo, hi = band_offsets(x.shape[1], y.shape[1], opts.bandwidth)
-        return _cuda_module().softdtw_sqeuclidean(x, y, opts.gamma, lo, hi, fused)
+        N, M = x.shape[1], y.shape[1]
+        cuda = _cuda_module()
+        if lengths is None:
+            lo, hi = band_offsets(N, M, opts.bandwidth)
+            return cuda.softdtw_sqeuclidean(x, y, opts.gamma, lo, hi, fused)
+        radius = band_radius(N, M, opts.bandwidth)
+        return cuda.softdtw_sqeuclidean(x, y, opts.gamma, radius, 0, fused, torch.cat(lengths))
     if backend.float64 and not callable(opts.dist):
         # The CPU paths work in float64 anyway: build the cost there too, so float32
         # inputs lose nothing to float32 rounding of the distances.
         cost = pairwise(x.double(), y.double(), opts.dist)
-        return _cost_loss(cost, opts, name).to(x.dtype)
-    out = _cost_loss(pairwise(x, y, opts.dist), opts, name)  # (a callable's: any float dtype)
+        return _cost_loss(cost, opts, name, lengths).to(x.dtype)
+    cost = pairwise(x, y, opts.dist)  # (a callable's: any float dtype)
+    out = _cost_loss(cost, opts, name, lengths)
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
-def softdtw_options(x: torch.Tensor, y: torch.Tensor, opts: Options) -> torch.Tensor:
+def _zero_padding(t: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``t`` (B, L, D) with the steps past each pair's length set to 0: what the padding
+    holds (NaN, inf) then never reaches a value or a gradient, and the gradient there is
+    exactly 0 (masked_fill's)."""
+    steps = torch.arange(t.shape[1], device=t.device)
+    return t.masked_fill((steps[None, :] >= lengths[:, None]).unsqueeze(-1), 0)
+
+
+def softdtw_options(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    opts: Options,
+    x_lengths: object = None,
+    y_lengths: object = None,
+) -> torch.Tensor:
     """:func:`softdtw` with validated :class:`Options` (the module's entry: its settings were
     validated at construction)."""
     x, y, unbatched = V.check_sequences(x, y)
+    B, N, M = x.shape[0], x.shape[1], y.shape[1]
+    lengths = V.check_lengths(x_lengths, y_lengths, B, N, M, x.device)
     name = resolve_backend(opts.backend, x.device)
     if name != "cuda":  # (the CUDA path refuses a double backward in its own node)
         x, y = guard(x, name), guard(y, name)
+    if lengths is not None:
+        xl, yl = lengths
+        x, y = _zero_padding(x, xl), _zero_padding(y, yl)
     if not opts.normalize:
-        out = _pair_loss(x, y, opts, name)
-    elif x.shape[1] == y.shape[1]:
+        out = _pair_loss(x, y, opts, name, lengths)
+    elif N == M:
         # One launch for the three terms: stack (x, y), (x, x), (y, y) along the batch.
-        B = x.shape[0]
-        both = _pair_loss(torch.cat([x, x, y]), torch.cat([y, x, y]), opts, name)
+        stacked = None if lengths is None else (torch.cat([xl, xl, yl]), torch.cat([yl, xl, yl]))
+        both = _pair_loss(torch.cat([x, x, y]), torch.cat([y, x, y]), opts, name, stacked)
         out = both[:B] - 0.5 * (both[B : 2 * B] + both[2 * B :])
     else:
-        selfs = _pair_loss(x, x, opts, name) + _pair_loss(y, y, opts, name)
-        out = _pair_loss(x, y, opts, name) - 0.5 * selfs
+        xx = None if lengths is None else (xl, xl)
+        yy = None if lengths is None else (yl, yl)
+        selfs = _pair_loss(x, x, opts, name, xx) + _pair_loss(y, y, opts, name, yy)
+        out = _pair_loss(x, y, opts, name, lengths) - 0.5 * selfs
     return out[0] if unbatched else out
 
 
@@ -201,6 +254,8 @@ def softdtw(
     dist: str | Callable = "sqeuclidean",
     fused: bool | None = None,
     backend: str = "auto",
+    x_lengths: object = None,
+    y_lengths: object = None,
 ) -> torch.Tensor:
     """Soft-DTW between batches of sequences.
 
@@ -248,6 +303,13 @@ def softdtw(
           at all.
     backend : {"auto", "cpu", "cuda", "reference"}
         See the module docstring for the table and the ``"auto"`` rule.
+    x_lengths, y_lengths : integer Tensor (B,) (any device), sequence of B ints, or None
+        Each pair's own lengths in a padded batch, ``1 <= x_lengths[b] <= N`` and
+        ``1 <= y_lengths[b] <= M`` (None: all N, or all M).  Pair b's value is that of
+        ``x[b, :x_lengths[b]]`` and ``y[b, :y_lengths[b]]``; its band follows those lengths,
+        ``normalize`` uses them in the self terms, what the padding holds never matters (NaN
+        included) and the gradient there is exactly 0.  Lengths on a CUDA device are checked
+        with one read back to the host (pass them on the CPU to avoid that sync).
 
     Returns
     -------
@@ -267,7 +329,7 @@ def softdtw(
         fused=fused,
         backend=backend,
     )
-    return softdtw_options(x, y, opts)
+    return softdtw_options(x, y, opts, x_lengths, y_lengths)
 
 
 def softdtw_from_cost(
@@ -276,6 +338,8 @@ def softdtw_from_cost(
     gamma: float = 1.0,
     bandwidth: int | None = None,
     backend: str = "auto",
+    x_lengths: object = None,
+    y_lengths: object = None,
 ) -> torch.Tensor:
     """Soft-DTW of a precomputed cost tensor.
 
@@ -285,6 +349,9 @@ def softdtw_from_cost(
         Any ground cost (it need not be a distance; entries may be negative).
     gamma, bandwidth, backend
         As in :func:`softdtw`.
+    x_lengths, y_lengths
+        Each pair's own rows and columns, as in :func:`softdtw`: pair b's value is that of
+        ``cost[b, :x_lengths[b], :y_lengths[b]]`` (the rest is never read; its gradient is 0).
 
     Returns
     -------
@@ -297,6 +364,8 @@ def softdtw_from_cost(
     """
     cost, unbatched = V.check_cost(cost)
     opts = Options(gamma=V.check_gamma(gamma), bandwidth=V.check_bandwidth(bandwidth))
+    B, N, M = cost.shape
+    lengths = V.check_lengths(x_lengths, y_lengths, B, N, M, cost.device)
     name = resolve_backend(V.check_backend(backend), cost.device)
-    out = _cost_loss(guard(cost, name), opts, name)
+    out = _cost_loss(guard(cost, name), opts, name, lengths)
     return out[0] if unbatched else out

@@ -33,8 +33,9 @@ class SoftDTW(nn.Module):
 
     Shapes
     ------
-    ``forward(x, y)``: x (B, N, D) or (N, D), y (B, M, D) or (M, D) -> (B,) (0-dim if
-    unbatched).  Arguments are validated here, once, so a bad setting fails at
+    ``forward(x, y, x_lengths=None, y_lengths=None)``: x (B, N, D) or (N, D), y (B, M, D) or
+    (M, D) -> (B,) (0-dim if unbatched); the lengths (B,) of a padded batch as in
+    :func:`sdtw.softdtw`.  Arguments are validated here, once, so a bad setting fails at
     construction, not at the first batch.
 
     On the CUDA backend a call repeated with the same shapes (B N M <= 2^25) replays the
@@ -63,8 +64,10 @@ class SoftDTW(nn.Module):
             backend=backend,
         )
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return softdtw_options(x, y, self.options)
+    def forward(
+        self, x: torch.Tensor, y: torch.Tensor, x_lengths=None, y_lengths=None
+    ) -> torch.Tensor:
+        return softdtw_options(x, y, self.options, x_lengths, y_lengths)
 
     def extra_repr(self) -> str:
         o = self.options

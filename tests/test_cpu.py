@@ -147,27 +147,32 @@ def test_small_gamma_stays_a_probability(gamma):
 
 def test_forward_groups_give_the_same_tables():
     """The forward sweeps 1, 2 or 4 pairs per thread at once (full groups, and the partial
-    last group of every size): every grouping, serial and parallel, writes the same table
-    bit for bit, and its values are the reference's."""
+    last group of every size), each pair over its own lengths and band: every grouping, serial
+    and parallel, writes the same table bit for bit, and its values are the reference's."""
     from sdtw import cpu
-    from sdtw.band import band_offsets
+    from sdtw.band import pair_offsets
     from sdtw.reference import reference_forward
 
     rng = _rng("groups")
     N, M = 13, 9
-    lo, hi = band_offsets(N, M, 4)
     for B in range(1, 10):
-        cost = rng.random((B, N, M))
-        tables = []
-        for kernel in (cpu._forward_serial, cpu._forward_parallel):
-            for group in (1, 2, 4):
-                R = np.full((B, N + 1, M + 1), np.nan)
-                kernel(cost, 0.3, lo, hi, R, group)
-                tables.append(R)
-        for R in tables[1:]:
-            assert np.array_equal(R, tables[0]), B
-        ref = reference_forward(cost, 0.3, 4)[:, N, M]
-        np.testing.assert_allclose(tables[0][:, N, M], ref, rtol=1e-12)
+        for mixed in (False, True):
+            ns = rng.integers(1, N + 1, B) if mixed else np.full(B, N)
+            ms = rng.integers(1, M + 1, B) if mixed else np.full(B, M)
+            lo, hi = pair_offsets(ns, ms, 4)
+            cost = rng.random((B, N, M))
+            tables = []
+            for kernel in (cpu._forward_serial, cpu._forward_parallel):
+                for group in (1, 2, 4):
+                    R = np.full((B, N + 1, M + 1), np.nan)
+                    kernel(cost, 0.3, ns, ms, lo, hi, R, group)
+                    tables.append(R)
+            for R in tables[1:]:
+                assert np.array_equal(R, tables[0]), B
+            for b in range(B):
+                n, m = ns[b], ms[b]
+                ref = reference_forward(cost[b : b + 1, :n, :m], 0.3, 4)[0, n, m]
+                np.testing.assert_allclose(tables[0][b, n, m], ref, rtol=1e-12)
     assert cpu._group(64, serial=True) == 4
     assert cpu._group(1, serial=False) == 1
 

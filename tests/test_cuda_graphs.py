@@ -276,7 +276,8 @@ def test_gpu_library_graph_limits(rng, lib_graphs, monkeypatch):
     monkeypatch.setattr(lib_graphs, "MAX_GRAPHS", 2)
     calls(3, N=21)
     assert lib_graphs.graph_count() == 2
-    assert [k[5] for k in lib_graphs._graphs if k[0][1] == 20] == [side.cuda_stream]
+    # (a key: ((x's shape, dtype), (y's ...)), device, stream, params, modes)
+    assert [k[2] for k in lib_graphs._graphs if k[0][0][0][1] == 20] == [side.cuda_stream]
     lib_graphs.set_graphs(False)
     calls(3, N=22)
     assert lib_graphs.graph_count() == 2 and not lib_graphs.graphs_enabled()

@@ -227,7 +227,7 @@ class _CostFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, cost: torch.Tensor, done: tuple):
-        out, ctx.P, ctx.mover = done
+        out, ctx.P, ctx.mover, ctx.lengths = done
         return out
 
     @staticmethod
@@ -238,18 +238,20 @@ class _CostFunction(torch.autograd.Function):
         if P is None:
             raise RuntimeError(_TWICE)
         ctx.P = None
-        E, _ = _launch.backward(P, grad_out, mover=ctx.mover)
+        E, _ = _launch.backward(P, grad_out, mover=ctx.mover, lengths=ctx.lengths)
         return _as(E, grad_out.dtype), None
 
 
 def _eager_grads(
-    a: torch.Tensor, b, gamma, lo, hi, x: torch.Tensor, y: torch.Tensor, need_x, need_y
+    a: torch.Tensor, b, gamma, lo, hi, x: torch.Tensor, y: torch.Tensor, need_x, need_y, lengths
 ):
     """The forward and the backward (upstream gradient 1) on the kernels' inputs ``a`` (the
     cost, or x) and ``b`` (None for a cost, else y), then the gradients of each pair's value
     wrt the sequences x and y (None where not ``need_x`` / ``need_y``): returns the values
     and those two gradients, in the kernels' storage dtype.  ``x``, ``y``: the sequences as
-    the kernels take them (:func:`_kernel_inputs`: detached, in that storage dtype).
+    the kernels take them (:func:`_kernel_inputs`: detached, in that storage dtype);
+    ``lengths``: the pairs' lengths (int64 (2 B,) on the device) or None (zeros in x and y
+    past them: the gradients there come out 0).
 
     A gradient wrt x, y is O((N + M) D) per pair, and the upstream gradient of a soft-DTW
     value is one number per pair, so scaling it later is one small multiply
@@ -267,10 +269,10 @@ def _eager_grads(
     (:func:`sdtw._sqeuclidean.sqeuclidean_grads`)."""
     _launch = _launcher_module()
     if _launch.sweep_grads(x):
-        out, gx, gy = _launch.forward_grads(a, b, gamma, lo, hi, x, y)
+        out, gx, gy = _launch.forward_grads(a, b, gamma, lo, hi, x, y, lengths)
         return out, (gx if need_x else None, gy if need_y else None)
     N = x.shape[1]
-    out, E, S = _launch.forward_backward(a, b, gamma, lo, hi)  # E: batch stride 2 N M
+    out, E, S = _launch.forward_backward(a, b, gamma, lo, hi, lengths)  # E: batch stride 2 N M
     # grad_x_i = 2 sum_j E_ij (x_i - y_j);  grad_y_j = 2 sum_i E_ij (y_j - x_i), with the
     # row and column sums of E from the kernel: one (B, N, D) temporary each, no (B, N, M).
     rows, cols = S.split((N, S.shape[1] - N), 1)
@@ -350,32 +352,46 @@ def sqeuclidean_cost(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return _as(_launcher_module().sqeuclidean(*_kernel_inputs(x.detach(), y.detach())), x.dtype)
 
 
-def softdtw_cost(cost: torch.Tensor, gamma: float, lo: int, hi: int) -> torch.Tensor:
-    """Soft-DTW of a cost (B, N, M) -> (B,), differentiable wrt ``cost``.
+def softdtw_cost(
+    cost: torch.Tensor, gamma: float, lo: int, hi: int, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Soft-DTW of a cost (B, N, M) -> (B,), differentiable wrt ``cost``.  ``lengths``: each
+    pair's own rows and columns, int64 (2 B,) on the device (x's, then y's), with ``lo`` the
+    band's radius (-1: none; :func:`sdtw.band.band_radius`); None: all N x M, with the band's
+    offsets ``lo``, ``hi``.
 
     The forward kernel is queued before autograd's ``Function.apply`` (which only attaches
     the result): every microsecond of host time before the first launch is GPU idle time."""
     _launch = _launcher_module()
     need = needs_grad(cost)
     c = _kernel_dtype(cost.detach()).contiguous()
-    out, P, _ = _launch.forward(c, None, gamma, lo, hi, store=need)
+    out, P, _ = _launch.forward(c, None, gamma, lo, hi, store=need, lengths=lengths)
     out = _as(out, cost.dtype)
     if not need:
         return out
     # (the backward's variant is decided here: autograd may run the backward on another
     # thread, where the caller's overrides are not in force)
-    return _CostFunction.apply(cost, (out, P, policy.backward_mover(_launch.SIMULATED)))
+    mover = policy.backward_mover(_launch.SIMULATED)
+    return _CostFunction.apply(cost, (out, P, mover, lengths))
 
 
 def softdtw_sqeuclidean(
-    x: torch.Tensor, y: torch.Tensor, gamma: float, lo: int, hi: int, fused: bool
+    x: torch.Tensor,
+    y: torch.Tensor,
+    gamma: float,
+    lo: int,
+    hi: int,
+    fused: bool,
+    lengths: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,), differentiable wrt x
     and y: ``fused``, the distances parked in the weights buffer (or, without gradients,
     computed inside the DP kernel), no (B, N, M) cost tensor; unfused, the (B, N, M) cost
     tensor from the park kernel (:func:`sqeuclidean_cost`), then the DP on it.  With
     gradients both run the same E-to-gradient step (:func:`_eager_grads`, E's row and column
-    sums from the DP backward kernel).
+    sums from the DP backward kernel).  ``lengths``, ``lo``, ``hi``: as
+    :func:`softdtw_cost`'s; x and y hold zeros past the lengths (the public entry puts them
+    there).
 
     All the GPU work is queued before autograd's ``Function.apply`` (which only attaches the
     values and the gradients): the host time of ``apply`` then overlaps the kernels instead
@@ -385,12 +401,16 @@ def softdtw_sqeuclidean(
     need_x, need_y = need and x.requires_grad, need and y.requires_grad
     dtype = _kernel_dtype(x).dtype
 
-    def compute(xk: torch.Tensor, yk: torch.Tensor) -> tuple:
-        return _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y)
+    def compute(xk: torch.Tensor, yk: torch.Tensor, lens: torch.Tensor | None = None) -> tuple:
+        return _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y, lens)
 
-    done = _graphs.call(x, y, (gamma, lo, hi, fused, need_x, need_y), dtype, compute)
+    params = (gamma, lo, hi, fused, need_x, need_y)
+    if lengths is None:
+        done = _graphs.call((x, y), params, (dtype, dtype), compute)
+    else:
+        done = _graphs.call((x, y, lengths), params, (dtype, dtype, torch.int64), compute)
     if done is None:
-        out, gx, gy = compute(*_kernel_inputs(x.detach(), y.detach()))
+        out, gx, gy = compute(*_kernel_inputs(x.detach(), y.detach()), lengths)
         done = (out, (gx, gy))
     out = _as(done[0], x.dtype)
     if not need:
@@ -398,14 +418,14 @@ def softdtw_sqeuclidean(
     return _PairFunction.apply(x, y, (out, done[1]))
 
 
-def _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y) -> tuple:
+def _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y, lengths=None) -> tuple:
     """The GPU work of :func:`softdtw_sqeuclidean` on the kernels' inputs (contiguous, in the
     kernels' dtype): values and the gradients wrt x and y (None where not needed, both None
     without gradients), in the kernels' storage dtype."""
     _launch = _launcher_module()
     a, b = (xk, yk) if fused else (_launch.sqeuclidean(xk, yk), None)
     if not (need_x or need_y):
-        out, _, _ = _launch.forward(a, b, gamma, lo, hi, store=False)
+        out, _, _ = _launch.forward(a, b, gamma, lo, hi, store=False, lengths=lengths)
         return out, None, None
-    out, (gx, gy) = _eager_grads(a, b, gamma, lo, hi, xk, yk, need_x, need_y)
+    out, (gx, gy) = _eager_grads(a, b, gamma, lo, hi, xk, yk, need_x, need_y, lengths)
     return out, gx, gy

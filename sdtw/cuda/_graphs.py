@@ -8,14 +8,15 @@ B = 32, N = 128 and 0.5 ms at N = 512.  So :func:`call` captures the whole GPU s
 same *key* has run eagerly :data:`CAPTURE_AFTER` times, and from then on a call with that key
 replays the graph.
 
-Inputs: the graph's first two nodes copy x and y into its static inputs.  A call re-points
-them at its own x and y (:class:`sdtw.cuda._private.CopyNode`, one driver call each, made only
-where the address differs from the last call's: a training loop whose caching allocator hands
-out the same addresses each step makes none), so the replay itself is the call's first GPU
-work.  Where torch cannot keep the graph's ``CUgraph`` (``CUDAGraph(keep_graph=True)``) or the
-driver cannot re-point its copies, the inputs are copied in before each replay instead
+Inputs: the graph's first nodes copy x and y (and a variable-length batch's lengths: a graph
+input, not part of the key) into its static inputs.  A call re-points them at its own inputs
+(:class:`sdtw.cuda._private.CopyNode`, one driver call each, made only where the address
+differs from the last call's: a training loop whose caching allocator hands out the same
+addresses each step makes none), so the replay itself is the call's first GPU work.  Where
+torch cannot keep the graph's ``CUgraph`` (``CUDAGraph(keep_graph=True)``) or the driver
+cannot re-point its copies, the inputs are copied in before each replay instead
 (:func:`sdtw.cuda._private.copy_into`, a driver copy each; a warning says so once); likewise,
-with the two nodes disabled, for a graph whose re-pointing the driver refuses at a call.
+with the nodes disabled, for a graph whose re-pointing the driver refuses at a call.
 
 Outputs: the values are cloned.  The gradients stay in the graph's static buffers, lent to
 the call's autograd node (:class:`Lease`; its backward's multiply by the upstream gradient
@@ -104,8 +105,8 @@ def _cuda_autocast() -> bool:
         return torch.is_autocast_enabled()
 
 
-#: ``compute(x, y) -> (values, grad_x, grad_y)`` on the kernels' inputs (static during a
-#: capture); the gradients are None where not asked for.
+#: ``compute(x, y[, lengths]) -> (values, grad_x, grad_y)`` on the kernels' inputs (static
+#: during a capture); the gradients are None where not asked for.
 Compute = Callable[[torch.Tensor, torch.Tensor], tuple]
 
 
@@ -185,9 +186,9 @@ class Lease:
 class _Graph:
     """One captured call: static inputs, the graph, static outputs, and the Numba launches
     the graph replays (added to :data:`sdtw.cuda._launch.launch_counts` at each replay).
-    ``nodes``: the graph's own copy-in of x and y (memcpy nodes pointed at each call's inputs,
-    :class:`sdtw.cuda._private.CopyNode`), or None: the inputs are copied in before each
-    replay."""
+    ``nodes``: the graph's own copy-in of its inputs (memcpy nodes pointed at each call's
+    inputs, :class:`sdtw.cuda._private.CopyNode`), or None: the inputs are copied in before
+    each replay."""
 
     __slots__ = (
         "cells",
@@ -197,32 +198,31 @@ class _Graph:
         "nodes",
         "outs",
         "pending",
-        "x",
-        "y",
+        "statics",
     )
 
-    def __init__(self, x, y, graph, outs, launches, cells, nodes) -> None:
-        self.x, self.y, self.graph, self.outs = x, y, graph, outs
+    def __init__(self, statics, graph, outs, launches, cells, nodes) -> None:
+        self.statics, self.graph, self.outs = statics, graph, outs
         self.launches, self.cells, self.nodes = launches, cells, nodes
         self.lock = threading.Lock()
         self.pending = None  # weakref to the last call's Lease
 
-    def run(self, x: torch.Tensor, y: torch.Tensor, stream: int) -> tuple:
-        """Point the copy-in at x, y (or copy them into the static inputs, on ``stream``,
-        torch's current one, by its raw address), replay, and return the values (cloned) and
-        the gradients (a :class:`Lease`, or a pair of None without gradients)."""
+    def run(self, inputs: tuple, stream: int) -> tuple:
+        """Point the copy-in at the inputs (or copy them into the static inputs, on
+        ``stream``, torch's current one, by its raw address), replay, and return the values
+        (cloned) and the gradients (a :class:`Lease`, or a pair of None without gradients)."""
         L = _launch()
         with self.lock:  # two threads on one stream: copy, replay, clone stay together
             if self.nodes is not None:
-                sx, sy = _source(x, self.x.dtype), _source(y, self.y.dtype)
+                srcs = [_source(t, s.dtype) for t, s in zip(inputs, self.statics, strict=True)]
                 try:
-                    self.nodes[0].point(sx.data_ptr())
-                    self.nodes[1].point(sy.data_ptr())
+                    for node, src in zip(self.nodes, srcs, strict=True):
+                        node.point(src.data_ptr())
                 except RuntimeError as exc:
                     self._copies_instead(exc)
             if self.nodes is None:
-                _private.copy_into(self.x, x, stream)
-                _private.copy_into(self.y, y, stream)
+                for st, t in zip(self.statics, inputs, strict=True):
+                    _private.copy_into(st, t, stream)
             lease = self.pending() if self.pending is not None else None
             if lease is not None:
                 lease.settle()
@@ -238,7 +238,7 @@ class _Graph:
 
     def _copies_instead(self, exc: Exception) -> None:
         """The driver refused to re-point a copy node (say, an input in memory it will not
-        take there): leave both nodes out of later launches and copy the inputs in before
+        take there): leave the nodes out of later launches and copy the inputs in before
         each replay from now on, with a warning (once)."""
         global _warned_point
         for node in self.nodes:
@@ -261,8 +261,9 @@ def _source(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.is_contiguous() else t.detach().contiguous()
 
 
-def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
+def _key(inputs: tuple, params: tuple) -> tuple | None:
     """The call's key, or None where it is not captured (see the module docstring)."""
+    x, y = inputs[0], inputs[1]
     if not _enabled or not x.is_cuda:
         return None
     B, N, _ = x.shape
@@ -274,19 +275,18 @@ def _key(x: torch.Tensor, y: torch.Tensor, params: tuple) -> tuple | None:
     # the overrides of the tuning rules (another variant is another graph)
     ov = current_overrides()  # (a frozen dataclass: hashable; None when nothing is forced)
     modes = (_cuda_autocast(), torch.is_inference_mode_enabled(), ov if ov.forced else None)
-    return (x.shape, y.shape, x.dtype, y.dtype, dev, stream, params, modes)
+    shapes = tuple((t.shape, t.dtype) for t in inputs)
+    return (shapes, dev, stream, params, modes)
 
 
-def call(
-    x: torch.Tensor, y: torch.Tensor, params: tuple, dtype: torch.dtype, compute: Compute
-) -> tuple | None:
-    """``compute``'s results for x, y from a replayed graph as ``(values, grads)`` (``grads``:
-    a :class:`Lease` of the pair of gradients, or ``(None, None)`` without gradients), or
-    None: run it eagerly.
+def call(inputs: tuple, params: tuple, dtypes: tuple, compute: Compute) -> tuple | None:
+    """``compute``'s results for ``inputs`` (x, y, and the lengths of a variable-length batch
+    or none) from a replayed graph as ``(values, grads)`` (``grads``: a :class:`Lease` of the
+    pair of gradients, or ``(None, None)`` without gradients), or None: run it eagerly.
 
     ``params``: the call's scalars (gamma, band, fused, gradients needed: part of the key);
-    ``dtype``: the kernels' input dtype (the static inputs')."""
-    key = _key(x, y, params)
+    ``dtypes``: the kernels' input dtypes (the static inputs')."""
+    key = _key(inputs, params)
     if key is None:
         return None
     with _lock:  # (another thread may be dropping it)
@@ -296,7 +296,7 @@ def call(
     if g is None:  # capture failed before
         return None
     if g is not False:
-        return g.run(x, y, key[5])
+        return g.run(inputs, key[2])
     n = _seen.get(key, 0) + 1
     if n <= CAPTURE_AFTER:
         if len(_seen) >= 1024:  # one-off shapes: bounded all the same
@@ -305,8 +305,8 @@ def call(
         return None
     _seen.pop(key, None)
     with _lock:
-        g = _capture(key, x, y, dtype, compute)
-    return None if g is None else g.run(x, y, key[5])
+        g = _capture(key, inputs, dtypes, compute)
+    return None if g is None else g.run(inputs, key[2])
 
 
 def _side_stream(dev: int) -> torch.cuda.Stream:
@@ -327,48 +327,52 @@ def _new_graph(keep: bool) -> tuple[torch.cuda.CUDAGraph, bool]:
     return torch.cuda.CUDAGraph(), False
 
 
-def _record(side, x, y, sx, sy, compute: Compute, copy_in: bool) -> tuple:
-    """Capture ``compute(sx, sy)`` on stream ``side``, preceded where ``copy_in`` (and where
-    torch keeps the graph's ``CUgraph``) by the copies of x, y into sx, sy as memcpy nodes,
-    then found in the instantiated graph (:func:`sdtw.cuda._private.copy_nodes`): (graph,
-    outputs, copy nodes or None, whether the graph holds copies)."""
+def _record(side, inputs: tuple, statics: tuple, compute: Compute, copy_in: bool) -> tuple:
+    """Capture ``compute(*statics)`` on stream ``side``, preceded where ``copy_in`` (and
+    where torch keeps the graph's ``CUgraph``) by the copies of the inputs into the statics
+    as memcpy nodes, then found in the instantiated graph
+    (:func:`sdtw.cuda._private.copy_nodes`): (graph, outputs, copy nodes or None, whether the
+    graph holds copies)."""
     graph, copy_in = _new_graph(copy_in)
     with torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
         if copy_in:
-            _private.copy_into(sx, _source(x, sx.dtype), side.cuda_stream)
-            _private.copy_into(sy, _source(y, sy.dtype), side.cuda_stream)
-        outs = compute(sx, sy)
+            for st, t in zip(statics, inputs, strict=True):
+                _private.copy_into(st, _source(t, st.dtype), side.cuda_stream)
+        outs = compute(*statics)
     if not copy_in:
         return graph, outs, None, False
     graph.instantiate()
     nodes = _private.copy_nodes(
-        graph.raw_cuda_graph(), graph.raw_cuda_graph_exec(), (sx.data_ptr(), sy.data_ptr())
+        graph.raw_cuda_graph(), graph.raw_cuda_graph_exec(), tuple(s.data_ptr() for s in statics)
     )
     return graph, outs, nodes, True
 
 
-def _capture(key: tuple, x, y, dtype: torch.dtype, compute: Compute) -> _Graph | None:
+def _capture(key: tuple, inputs: tuple, dtypes: tuple, compute: Compute) -> _Graph | None:
     """Warm up on a side stream, capture ``compute`` on static copies of x, y, with the
     copy-in as the graph's first nodes where the driver can re-point them (else it stays
     outside the graph, with a warning), keep the graph (dropping the least recently used
     ones beyond the limits); None if the capture failed."""
     global _warned, _warned_copy
     launch_counts = _launch().launch_counts
-    dev = key[4]
+    dev = key[1]
+    x, y = inputs[0], inputs[1]
     cells = x.shape[0] * x.shape[1] * y.shape[1]
-    sx = torch.empty(x.shape, dtype=dtype, device=x.device)
-    sy = torch.empty(y.shape, dtype=dtype, device=y.device)
-    sx.copy_(x.detach())
-    sy.copy_(y.detach())
+    statics = tuple(
+        torch.empty(t.shape, dtype=dt, device=t.device)
+        for t, dt in zip(inputs, dtypes, strict=True)
+    )
+    for st, t in zip(statics, inputs, strict=True):
+        st.copy_(t.detach())
     side = _side_stream(dev)
     cur = torch.cuda.current_stream(dev)
     try:
         side.wait_stream(cur)
         with torch.cuda.stream(side):  # warm-up, as PyTorch asks before a capture
-            compute(sx, sy)
+            compute(*statics)
         cur.wait_stream(side)
         before = launch_counts.copy()
-        graph, outs, nodes, copies = _record(side, x, y, sx, sy, compute, True)
+        graph, outs, nodes, copies = _record(side, inputs, statics, compute, True)
         if nodes is None:
             if not _warned_copy:
                 _warned_copy = True
@@ -381,7 +385,7 @@ def _capture(key: tuple, x, y, dtype: torch.dtype, compute: Compute) -> _Graph |
                 )
             if copies:  # copies from this call's addresses for good: capture again without
                 launch_counts.subtract(_count_since(before))
-                graph, outs, _, _ = _record(side, x, y, sx, sy, compute, False)
+                graph, outs, _, _ = _record(side, inputs, statics, compute, False)
         launches = _count_since(before)
         # the capture only recorded the launches: nothing ran; the replays will count them
         launch_counts.subtract(launches)
@@ -397,7 +401,7 @@ def _capture(key: tuple, x, y, dtype: torch.dtype, compute: Compute) -> _Graph |
                 stacklevel=4,
             )
         return None
-    g = _Graph(sx, sy, graph, outs, +launches, cells, nodes)
+    g = _Graph(statics, graph, outs, +launches, cells, nodes)
     _graphs[key] = g
     _evict()
     return g

@@ -18,6 +18,7 @@ import functools
 import hashlib
 import threading
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 from sdtw.cuda.config import CONFIG
@@ -153,4 +154,6 @@ def production_specs() -> list[Spec]:
     backward = [BackwardSpec(fast, mover) for fast in (True, False) for mover in (True, False)]
     backward += [BackwardSpec(True, True, grads=nt) for nt in SWEEP_TILES]
     park = [ParkSpec(f32, cost) for cost in (False, True) for f32 in (True, False)]
-    return forward + backward + park
+    # each DP kernel's variable-length twin (x_lengths / y_lengths)
+    lengths = [replace(s, lengths=True) for s in forward + backward]
+    return forward + backward + park + lengths
