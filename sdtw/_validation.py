@@ -226,6 +226,21 @@ def _lengths_tensor(name: str, lengths: object, B: int) -> torch.Tensor:
     return t.to(torch.int64)
 
 
+def check_one_lengths(name: str, lengths: object, B: int, size: int) -> tuple[torch.Tensor, bool]:
+    """One lengths argument (see :func:`check_lengths`): the int64 tensor (B,) on its own
+    device, and whether every length is ``size``."""
+    t = _lengths_tensor(name, lengths, B)
+    if t.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return t.clamp(1, size), False
+    lo, hi = (int(v) for v in torch.stack([t.min(), t.max()]).tolist())
+    if lo < 1 or hi > size:
+        bad = int(t[(t < 1) | (t > size)][0])
+        raise ValueError(
+            f"{name} must be between 1 and the padded length {size}, got {bad} (min {lo}, max {hi})"
+        )
+    return t, lo == size
+
+
 def check_lengths(
     x_lengths: object, y_lengths: object, B: int, N: int, M: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -242,22 +257,12 @@ def check_lengths(
     for name, lengths, size in (("x_lengths", x_lengths, N), ("y_lengths", y_lengths, M)):
         if lengths is None:
             pairs.append((torch.full((B,), size, dtype=torch.int64), True))
-            continue
-        t = _lengths_tensor(name, lengths, B)
-        if t.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            pairs.append((t.clamp(1, size), False))
-            continue
-        lo, hi = (int(v) for v in torch.stack([t.min(), t.max()]).tolist())
-        if lo < 1 or hi > size:
-            bad = int(t[(t < 1) | (t > size)][0])
-            raise ValueError(
-                f"{name} must be between 1 and the padded length {size}, got {bad} "
-                f"(min {lo}, max {hi})"
-            )
-        pairs.append((t, lo == size))
+        else:
+            pairs.append(check_one_lengths(name, lengths, B, size))
     if pairs[0][1] and pairs[1][1]:
         return None
-    return pairs[0][0].to(device), pairs[1][0].to(device)
+    # (pageable host memory: the copy is staged before the call returns, no stream sync)
+    return tuple(t.to(device, non_blocking=True) for t, _ in pairs)
 
 
 def check_device(name: str, device: object) -> torch.device:

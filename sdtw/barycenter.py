@@ -41,19 +41,27 @@ MAX_GRAD_NORM = 1.0
 LBFGS_MAX_EVAL = 25
 
 
+#: Unequal lengths in one padded batch with per-pair lengths (one soft-DTW call per
+#: objective), rather than one call per length.
+PAD_UNEQUAL = True
+
+
 @dataclass
 class _Bucket:
-    """All (group, sequence) pairs whose sequences have one length M."""
+    """(group, sequence) pairs in one batched soft-DTW call: sequences of one length M, or
+    padded to the longest with their ``lengths``."""
 
     X: torch.Tensor  # (P, M, D) sequences
     group: torch.Tensor  # (P,) long: which barycenter each pair belongs to
     weight: torch.Tensor  # (P,) normalised weights, all > 0
+    lengths: torch.Tensor | None = None  # (P,) int64 on the CPU (padded), or None
 
     def restrict(self, active: torch.Tensor) -> _Bucket | None:
         keep = active[self.group]
         if not bool(keep.any()):
             return None
-        return _Bucket(self.X[keep], self.group[keep], self.weight[keep])
+        lengths = None if self.lengths is None else self.lengths[keep.cpu()]
+        return _Bucket(self.X[keep], self.group[keep], self.weight[keep], lengths)
 
 
 def _shape(t: object) -> str:
@@ -238,6 +246,7 @@ def softdtw_barycenter(
     return_history: bool = False,
     backend: str = "auto",
     bandwidth: int | None = None,
+    lengths: torch.Tensor | Sequence | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | list[torch.Tensor]]:
     """Soft-DTW barycenter(s): the sequence(s) Z minimising the weighted soft-DTW to a set.
 
@@ -258,8 +267,8 @@ def softdtw_barycenter(
         One set of sequences: a (S, N, D) tensor, or a list of S tensors (N_i, D) whose
         lengths may differ.  K sets at once (K barycenters): a (K, S, N, D) tensor, or a list
         of K entries, each a list of (N_i, D) tensors or a (S_k, N_k, D) tensor.  numpy
-        arrays are accepted.  Unequal lengths are never padded: pairs are grouped by length
-        and each length gets its own batched soft-DTW call.
+        arrays are accepted.  Unequal lengths go to soft-DTW as one padded batch with
+        per-pair lengths (:func:`sdtw.softdtw`'s ``y_lengths``).
     gamma : float
         Soft-DTW smoothing, > 0.
     weights : Tensor, list or None
@@ -300,6 +309,10 @@ def softdtw_barycenter(
         convergence).
     return_history : bool
         Also return the objective per iteration.
+    lengths : integer Tensor or sequence, or None
+        With a padded tensor ``X``: each sequence's own length, (S,) for (S, N, D) or (K, S)
+        for (K, S, N, D), ``1 <= lengths <= N``; sequence s is ``X[..., s, :lengths[s], :]``
+        and what the padding holds is never read.  ``None``: every sequence has length N.
 
     Returns
     -------
@@ -339,6 +352,8 @@ def softdtw_barycenter(
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
 
     groups, grouped = _parse_groups(X)
+    if lengths is not None:
+        groups = _unpad(groups, lengths)
     if isinstance(groups, torch.Tensor):
         first = groups
         sizes = [groups.shape[1]] * groups.shape[0]
@@ -398,6 +413,7 @@ def softdtw_barycenter(
                 bandwidth=bandwidth,
                 fused=fused,
                 backend=backend,
+                y_lengths=b.lengths,
             )
             total = total.index_add(0, b.group, b.weight * d)
         return total
@@ -430,6 +446,30 @@ def softdtw_barycenter(
     return (Z, hist) if return_history else Z
 
 
+def _unpad(groups: torch.Tensor, lengths: object) -> list[list[torch.Tensor]]:
+    """A padded (K, S, N, D) tensor and its ``lengths`` ((S,) for one set, (K, S)) as K lists
+    of unpadded sequences (views)."""
+    if not isinstance(groups, torch.Tensor):
+        raise TypeError(
+            "lengths is for a padded tensor X ((S, N, D) or (K, S, N, D)); a list of sequences "
+            "carries its own lengths"
+        )
+    K, S, N, _ = groups.shape
+    shape = tuple(lengths.shape) if _is_array(lengths) else np.shape(lengths)
+    if len(shape) == 2 and shape[0] == K:
+        rows = list(lengths)
+    elif len(shape) <= 1 and K == 1:
+        rows = [lengths]
+    else:
+        want = f"(K, S) = ({K}, {S})" if K > 1 else f"(S,) = ({S},)"
+        raise ValueError(f"lengths must be {want} for X of shape {_shape(groups)}, got {shape}")
+    out = []
+    for k, row in enumerate(rows):
+        ls, _ = V.check_one_lengths(f"lengths[{k}]" if K > 1 else "lengths", row, S, N)
+        out.append([groups[k, s, :n] for s, n in enumerate(ls.tolist())])
+    return out
+
+
 def _make_buckets(
     groups: torch.Tensor | list[list[torch.Tensor]],
     w_groups: list[torch.Tensor],
@@ -460,6 +500,22 @@ def _make_buckets(
                 seqs.append(s.detach().to(device=device, dtype=dtype))
                 ks.append(k)
                 ws.append(wi)
+    if PAD_UNEQUAL and len(by_len) > 1:
+        M = max(by_len)
+        seqs, ks, ws, ls = [], [], [], []
+        for m, (ss, kk, ww) in sorted(by_len.items()):
+            seqs += [F.pad(x, (0, 0, 0, M - m)) for x in ss]
+            ks += kk
+            ws += ww
+            ls += [m] * len(ss)
+        return [
+            _Bucket(
+                torch.stack(seqs),
+                torch.as_tensor(ks, device=device),
+                torch.as_tensor(ws, device=device, dtype=dtype),
+                torch.as_tensor(ls, dtype=torch.int64),
+            )
+        ]
     return [
         _Bucket(
             torch.stack(seqs),

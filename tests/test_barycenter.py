@@ -127,7 +127,7 @@ def test_one_hot_weights_recover_that_series(rng):
 
 
 @pytest.mark.parametrize("method", ["adam", "lbfgs"])
-def test_unequal_lengths_are_not_padded(rng, method):
+def test_unequal_lengths_give_the_unpadded_objective(rng, method):
     lengths = [9, 14, 14, 17, 11]
     seqs = sines(rng, lengths)
     X = [torch.as_tensor(x) for x in seqs]
@@ -150,10 +150,47 @@ def test_unequal_lengths_are_not_padded(rng, method):
     total0 = sum(sdtw.softdtw(Z0, x, gamma=0.1, backend="cpu") for x in X) / len(X)
     (g0,) = torch.autograd.grad(total0, Z0)
     assert g.norm() < 0.1 * g0.norm()
-    # Zero-padding the short sequences to one tensor changes the objective (what we avoid).
+    # Zero-padding the short sequences to one tensor without their lengths changes the objective.
     padded = torch.stack([torch.nn.functional.pad(x, (0, 0, 0, 17 - len(x))) for x in X])
     Zp = sdtw.softdtw_barycenter(padded, gamma=0.1, method=method)
     assert objective(Zp, seqs, 0.1) > objective(Z, seqs, 0.1)
+
+
+@pytest.mark.parametrize("method", ["adam", "lbfgs"])
+def test_padded_tensor_with_lengths_is_the_list(rng, method, monkeypatch):
+    """A padded tensor with ``lengths`` (NaN in the padding) gives the list's barycenter bit
+    for bit; one padded soft-DTW batch gives what one batch per length gives."""
+    from sdtw import barycenter
+
+    lengths = [9, 14, 14, 17, 11]
+    X = [torch.as_tensor(x) for x in sines(rng, lengths)]
+    padded = torch.full((5, 17, 2), float("nan"), dtype=X[0].dtype)
+    for s, x in enumerate(X):
+        padded[s, : len(x)] = x
+    kw = dict(gamma=0.1, method=method, max_iter=15, backend="cpu", return_history=True)
+    Zl, hl = sdtw.softdtw_barycenter(X, **kw)
+    Zp, hp = sdtw.softdtw_barycenter(padded, lengths=torch.tensor(lengths), **kw)
+    assert torch.equal(Zp, Zl) and torch.equal(hp, hl)
+    monkeypatch.setattr(barycenter, "PAD_UNEQUAL", False)  # one soft-DTW call per length
+    Zb, hb = sdtw.softdtw_barycenter(X, **kw)
+    torch.testing.assert_close(Zb, Zl, rtol=1e-8, atol=1e-10)
+    torch.testing.assert_close(hb, hl, rtol=1e-8, atol=0)
+
+
+def test_k_sets_with_lengths(rng):
+    X = torch.as_tensor(rng.standard_normal((2, 3, 8, 2)))
+    lengths = [[8, 5, 3], [2, 8, 7]]
+    kw = dict(gamma=0.5, max_iter=5, backend="cpu")
+    Z = sdtw.softdtw_barycenter(X, lengths=lengths, length=6, **kw)
+    for k in range(2):
+        one = sdtw.softdtw_barycenter(X[k], lengths=lengths[k], length=6, **kw)
+        torch.testing.assert_close(Z[k], one, rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match=r"lengths must be \(K, S\) = \(2, 3\)"):
+        sdtw.softdtw_barycenter(X, lengths=[8, 5, 3], **kw)
+    with pytest.raises(ValueError, match=r"lengths\[1\] must be between 1 and .* 8, got 9"):
+        sdtw.softdtw_barycenter(X, lengths=[[8, 5, 3], [9, 1, 1]], **kw)
+    with pytest.raises(TypeError, match="lengths is for a padded tensor"):
+        sdtw.softdtw_barycenter(list(X[0]), lengths=[8, 5, 3], **kw)
 
 
 def test_length_option(rng):
@@ -310,7 +347,7 @@ def test_softdtw_settings_are_passed_through(rng, monkeypatch):
     monkeypatch.setattr(bary, "softdtw", spy)
     X = randn(rng, 3, 6, 2)
     bary.softdtw_barycenter(X, gamma=0.3, bandwidth=2, fused=False, backend="reference", max_iter=2)
-    want = dict(gamma=0.3, bandwidth=2, fused=False, backend="reference")
+    want = dict(gamma=0.3, bandwidth=2, fused=False, backend="reference", y_lengths=None)
     assert seen and all(kw == want for kw in seen)
 
 
