@@ -67,13 +67,19 @@ def specs() -> dict:
 
 def signature(spec) -> str:
     """A kernel's argument types as the library's launchers pass them."""
-    from sdtw.cuda.kernels import FUSED, TILED, BackwardSpec, ForwardSpec
+    from sdtw.cuda.kernels import FUSED, TILED, BackwardSpec, ForwardSpec, RecomputeSpec
 
     if isinstance(spec, ForwardSpec):
         f = "f4" if spec.fast else "f8"
         x = f"{f}[:, :, ::1]" if spec.mode == FUSED else f"{f}[::1]"
         y = f"{f}[::1]" if spec.mode == TILED else f"{f}[:, :, ::1]"
         return f"{x}, {y}, i8, i8, i8, f8, i8, i8, {f}[::1], i8[::1], {f}[::1], b1"
+    if isinstance(spec, RecomputeSpec):
+        f = "f4" if spec.fast else "f8"
+        return (
+            f"{f}[:, :, ::1], {f}[:, :, ::1], i8, i8, i8, f8, i8, i8[::1], i8[::1], f8[::1], "
+            "f8[:, :, ::1], f8[:, :, ::1]"
+        )
     if isinstance(spec, BackwardSpec):
         f = "f4" if spec.fast else "f8"
         return (

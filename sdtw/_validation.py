@@ -25,6 +25,7 @@ DISTANCE_ALIASES = {
     "cityblock": "l1",
 }
 BACKENDS = ("auto", "cpu", "cuda", "reference")
+MEMORY = ("auto", "full", "checkpoint")
 #: The range of gamma.  The CUDA kernels run the DP in units of ``gamma / log2(e)`` and treat
 #: scaled values from 1e300 on as unreachable, so ``|R| / gamma`` must stay below ~1e299: down
 #: to 1e-200 that holds for any loss below ~1e99.  Up to 1e200 the values ``-gamma log(paths)``
@@ -82,6 +83,12 @@ def check_backend(backend: object) -> str:
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {_got(backend)}")
     return backend
+
+
+def check_memory(memory: object) -> str:
+    if not isinstance(memory, str) or memory not in MEMORY:
+        raise ValueError(f"memory must be one of {MEMORY}, got {_got(memory)}")
+    return memory
 
 
 def check_dist(dist: object) -> str | Callable:

@@ -247,6 +247,7 @@ def softdtw_barycenter(
     backend: str = "auto",
     bandwidth: int | None = None,
     lengths: torch.Tensor | Sequence | None = None,
+    memory: str = "auto",
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | list[torch.Tensor]]:
     """Soft-DTW barycenter(s): the sequence(s) Z minimising the weighted soft-DTW to a set.
 
@@ -288,7 +289,7 @@ def softdtw_barycenter(
         Where to compute; ``None``: the device of (the first tensor of) ``X``.
     verbose : bool
         Show a tqdm progress bar with the objective (warns and continues without tqdm).
-    fused, backend, bandwidth
+    fused, backend, bandwidth, memory
         Passed to :func:`sdtw.softdtw` (``backend="auto"``: CUDA kernels for CUDA tensors,
         Numba CPU kernels for CPU tensors).
     early_stopping : bool
@@ -341,6 +342,7 @@ def softdtw_barycenter(
     bandwidth = V.check_bandwidth(bandwidth)
     fused = V.check_fused(fused)
     backend = V.check_backend(backend)
+    memory = V.check_memory(memory)
     verbose = V.check_flag("verbose", verbose)
     early_stopping = V.check_flag("early_stopping", early_stopping)
     return_history = V.check_flag("return_history", return_history)
@@ -414,6 +416,7 @@ def softdtw_barycenter(
                 fused=fused,
                 backend=backend,
                 y_lengths=b.lengths,
+                memory=memory,
             )
             total = total.index_add(0, b.group, b.weight * d)
         return total

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 import torch
 
+from sdtw import _memory
 from sdtw import _validation as V
 from sdtw._autograd import guard
 from sdtw.band import band_offsets, band_radius, pair_offsets
-from sdtw.cpu import CPUSoftDTW
+from sdtw.cpu import CPUSoftDTW, _tables
 from sdtw.distances import pairwise
 from sdtw.reference import softdtw_reference
 
@@ -69,9 +70,10 @@ class Options:
     dist: str | Callable = "sqeuclidean"
     fused: bool | None = None
     backend: str = "auto"
+    memory: str = "auto"
 
     @classmethod
-    def make(cls, *, gamma, bandwidth, normalize, dist, fused, backend) -> Options:
+    def make(cls, *, gamma, bandwidth, normalize, dist, fused, backend, memory="auto") -> Options:
         """The options after validation (each error names its argument)."""
         return cls(
             gamma=V.check_gamma(gamma),
@@ -80,6 +82,7 @@ class Options:
             dist=V.check_dist(dist),
             fused=V.check_fused(fused),
             backend=V.check_backend(backend),
+            memory=V.check_memory(memory),
         )
 
 
@@ -172,11 +175,74 @@ def _fused_by_default(x: torch.Tensor, y: torch.Tensor) -> bool:
     return not cuda.cost_fits(B, N, M, x.dtype, x.device)
 
 
+def _checkpointed(x: torch.Tensor, y: torch.Tensor, opts: Options, name: str) -> bool:
+    """Whether a call from sequences takes the checkpointed mode (see :func:`softdtw`'s
+    ``memory``): where asked, or for ``"auto"`` on the CPU backend where the full mode's
+    buffers would take more than :data:`sdtw._memory.AUTO_FRACTION` of the memory available
+    now (it recomputes the DP, so it is slower where both fit)."""
+    if opts.memory == "full":
+        return False
+    if opts.memory == "checkpoint":
+        if callable(opts.dist) or name == "reference":
+            raise ValueError(
+                "memory='checkpoint' recomputes the cost from x and y: it needs a named dist "
+                f"and the cpu or cuda backend; got dist={opts.dist!r}, backend={name!r}"
+            )
+        return True
+    if name != "cpu" or callable(opts.dist):
+        return False
+    B, N, M = x.shape[0], x.shape[1], y.shape[1]
+    grad = torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)
+    free = _memory.available_bytes()
+    return free is not None and _memory.cpu_full_bytes(B, N, M, grad) > _memory.AUTO_FRACTION * free
+
+
+def _cpu_checkpoint_loss(
+    x: torch.Tensor, y: torch.Tensor, opts: Options, lengths: Lengths | None
+) -> torch.Tensor:
+    """The CPU backend's checkpointed mode (:mod:`sdtw.cpu_fused`) -> (B,) in x's dtype."""
+    from sdtw.cpu_fused import CPUFusedSoftDTW, segment_rows
+
+    B, N, M = x.shape[0], x.shape[1], y.shape[1]
+    if lengths is None:
+        lo, hi = band_offsets(N, M, opts.bandwidth)
+        tables = _tables(B, N, M, lo, hi, None)
+    else:
+        ns, ms = (t.cpu().numpy() for t in lengths)
+        tables = _tables(B, N, M, *pair_offsets(ns, ms, opts.bandwidth), (ns, ms))
+    return CPUFusedSoftDTW.apply(x, y, opts.dist, opts.gamma, tables, segment_rows(N, M))
+
+
+def _cuda_checkpoint_loss(
+    x: torch.Tensor, y: torch.Tensor, opts: Options, lengths: Lengths | None
+) -> torch.Tensor:
+    """The CUDA backend's checkpointed mode (fused kernels; :mod:`sdtw.cuda.kernels.recompute`)
+    -> (B,) in x's dtype."""
+    if opts.dist != "sqeuclidean" or opts.fused is False:
+        raise ValueError(
+            "memory='checkpoint' on the CUDA backend runs the fused squared-Euclidean kernels: "
+            f"it needs dist='sqeuclidean' and fused=None or True; got dist={opts.dist!r}, "
+            f"fused={opts.fused!r}"
+        )
+    B, N, M = x.shape[0], x.shape[1], y.shape[1]
+    if lengths is None:
+        full = torch.tensor([N] * B + [M] * B, dtype=torch.int64)
+        lens = full.to(x.device, non_blocking=True)
+    else:
+        lens = torch.cat(lengths)
+    radius = band_radius(N, M, opts.bandwidth)
+    return _cuda_module().softdtw_sqeuclidean(x, y, opts.gamma, radius, 0, True, lens, True)
+
+
 def _pair_loss(
     x: torch.Tensor, y: torch.Tensor, opts: Options, name: str, lengths: Lengths | None = None
 ) -> torch.Tensor:
     """Soft-DTW of validated batched sequences (no normalisation) on the resolved backend
     ``name`` -> (B,), each pair over its own ``lengths`` (None: all N, M)."""
+    if _checkpointed(x, y, opts, name):
+        if name == "cpu":
+            return _cpu_checkpoint_loss(x, y, opts, lengths)
+        return _cuda_checkpoint_loss(x, y, opts, lengths)
     backend = BACKENDS[name]
     can_fuse = backend.fused and opts.dist == "sqeuclidean"
     if opts.fused is True and not can_fuse:
@@ -256,6 +322,7 @@ def softdtw(
     backend: str = "auto",
     x_lengths: object = None,
     y_lengths: object = None,
+    memory: str = "auto",
 ) -> torch.Tensor:
     """Soft-DTW between batches of sequences.
 
@@ -310,6 +377,14 @@ def softdtw(
         ``normalize`` uses them in the self terms, what the padding holds never matters (NaN
         included) and the gradient there is exactly 0.  Lengths on a CUDA device are checked
         with one read back to the host (pass them on the CPU to avoid that sync).
+    memory : {"auto", "full", "checkpoint"}
+        ``"full"``: the backward's per-cell state is stored (the fastest where it fits);
+        ``"checkpoint"``: only checkpoints of the DP are stored and the backward recomputes
+        the rest from x and y, memory growing like ``(N + M) sqrt(N)`` instead of ``N M`` per
+        pair, at the price of a second forward (named ``dist`` only; not on the reference
+        backend); ``"auto"``: checkpointed where the full mode's buffers would take more than
+        half the memory available now.  The same values and gradients either way (to float64
+        rounding).  See the README's memory table.
 
     Returns
     -------
@@ -328,6 +403,7 @@ def softdtw(
         dist=dist,
         fused=fused,
         backend=backend,
+        memory=memory,
     )
     return softdtw_options(x, y, opts, x_lengths, y_lengths)
 

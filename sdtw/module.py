@@ -30,6 +30,9 @@ class SoftDTW(nn.Module):
         :func:`sdtw.softdtw`), ``True`` (require), ``False`` (never).
     backend : {"auto", "cpu", "cuda", "reference"}
         ``"auto"``: CUDA kernels for CUDA tensors, Numba CPU kernels for CPU tensors.
+    memory : {"auto", "full", "checkpoint"}
+        Store the backward's per-cell state, or checkpoints only and recompute (see
+        :func:`sdtw.softdtw`).
 
     Shapes
     ------
@@ -53,6 +56,7 @@ class SoftDTW(nn.Module):
         dist: str | Callable = "sqeuclidean",
         fused: bool | None = None,
         backend: str = "auto",
+        memory: str = "auto",
     ) -> None:
         super().__init__()
         self.options = Options.make(
@@ -62,6 +66,7 @@ class SoftDTW(nn.Module):
             dist=dist,
             fused=fused,
             backend=backend,
+            memory=memory,
         )
 
     def forward(
@@ -73,7 +78,7 @@ class SoftDTW(nn.Module):
         o = self.options
         return (
             f"gamma={o.gamma}, bandwidth={o.bandwidth}, normalize={o.normalize}, "
-            f"dist={o.dist!r}, fused={o.fused}, backend={o.backend!r}"
+            f"dist={o.dist!r}, fused={o.fused}, backend={o.backend!r}, memory={o.memory!r}"
         )
 
 
@@ -91,6 +96,6 @@ def _setting(name: str) -> property:
     return property(get, set_, doc=f"``{name}`` (validated when set)")
 
 
-_SETTINGS = ("gamma", "bandwidth", "normalize", "dist", "fused", "backend")
+_SETTINGS = ("gamma", "bandwidth", "normalize", "dist", "fused", "backend", "memory")
 for _name in _SETTINGS:
     setattr(SoftDTW, _name, _setting(_name))

@@ -347,7 +347,9 @@ def test_softdtw_settings_are_passed_through(rng, monkeypatch):
     monkeypatch.setattr(bary, "softdtw", spy)
     X = randn(rng, 3, 6, 2)
     bary.softdtw_barycenter(X, gamma=0.3, bandwidth=2, fused=False, backend="reference", max_iter=2)
-    want = dict(gamma=0.3, bandwidth=2, fused=False, backend="reference", y_lengths=None)
+    want = dict(
+        gamma=0.3, bandwidth=2, fused=False, backend="reference", y_lengths=None, memory="auto"
+    )
     assert seen and all(kw == want for kw in seen)
 
 

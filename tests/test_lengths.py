@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import sdtw
 from sdtw.band import band_radius, pair_offsets, sakoe_chiba_mask
-from tests.conftest import randn, requires_sim
+from tests.conftest import randn, requires_gpu, requires_sim
 
 GAMMA = 0.3
 
@@ -312,3 +312,65 @@ def test_cuda_kernels_skip_what_is_past_the_lengths(rng, monkeypatch):
         np.testing.assert_allclose(float(out[b]), float(v.detach()), rtol=1e-10)
         np.testing.assert_allclose(E[b, :n, :m], c.grad, atol=1e-12)
         assert (E[b, n:] == 0).all() and (E[b, :, m:] == 0).all()
+
+
+# --------------------------------------------------------------------------------------------
+# On a GPU
+# --------------------------------------------------------------------------------------------
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize(("D", "bandwidth", "normalize"), [(3, None, False), (40, 20, True)])
+def test_gpu_equals_the_unpadded_pairs(rng, dtype, fused, D, bandwidth, normalize):
+    B, N, M = 6, 97, 130
+    xl = _lengths(rng, B, N, (N, 1, 33, 64))
+    yl = _lengths(rng, B, M, (M, 65, 1, 96))
+    x, y = _padded(rng, B, N, M, D, xl, yl, dtype)
+    rtol = 1e-10 if dtype == torch.float64 else 1e-5
+    _check_gpu(x, y, xl, yl, rtol, bandwidth=bandwidth, normalize=normalize, fused=fused)
+
+
+def _check_gpu(x, y, xl, yl, rtol, **kw):
+    """:func:`_check` with the inputs on the GPU (lengths too, every other call)."""
+    xc, yc = x.cuda().requires_grad_(), y.cuda().requires_grad_()
+    g = torch.linspace(0.5, 2.0, x.shape[0], dtype=x.dtype)
+    lx, ly = (xl.cuda(), yl) if int(xl.sum()) % 2 else (xl, yl.cuda())
+    out = sdtw.softdtw(xc, yc, gamma=GAMMA, backend="cuda", x_lengths=lx, y_lengths=ly, **kw)
+    (out * g.cuda()).sum().backward()
+    ref = {k: v for k, v in kw.items() if k != "fused"}
+    vals, gx, gy = _per_pair(x, y, xl, yl, g, gamma=GAMMA, **ref)
+    np.testing.assert_allclose(out.detach().double().cpu(), vals, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(xc.grad.double().cpu(), gx, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(yc.grad.double().cpu(), gy, rtol=rtol, atol=rtol)
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_library_graphs_take_the_lengths_as_an_input(rng):
+    """Repeated calls of one shape replay one library graph whatever the lengths (they are
+    copied in, not captured): each call gives what the same call gives eagerly."""
+    from sdtw.cuda import _graphs
+
+    B, N, M, D = 8, 64, 48, 4
+    _graphs.clear_graphs()
+    calls = []
+    for _ in range(6):
+        xl, yl = _lengths(rng, B, N), _lengths(rng, B, M)
+        x, y = _padded(rng, B, N, M, D, xl, yl, torch.float32)
+        xc = x.cuda().requires_grad_()
+        out = sdtw.softdtw(xc, y.cuda(), x_lengths=xl.cuda(), y_lengths=yl.cuda())
+        out.sum().backward()
+        calls.append((x, y, xl, yl, out.detach().clone(), xc.grad.clone()))
+    assert _graphs.graph_count() == 1
+    _graphs.set_graphs(False)
+    try:
+        for x, y, xl, yl, out, gx in calls:
+            xc = x.cuda().requires_grad_()
+            eager = sdtw.softdtw(xc, y.cuda(), x_lengths=xl, y_lengths=yl)
+            eager.sum().backward()
+            assert torch.equal(eager.detach(), out) and torch.equal(xc.grad, gx)
+    finally:
+        _graphs.set_graphs(True)

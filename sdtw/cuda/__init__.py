@@ -383,6 +383,7 @@ def softdtw_sqeuclidean(
     hi: int,
     fused: bool,
     lengths: torch.Tensor | None = None,
+    checkpoint: bool = False,
 ) -> torch.Tensor:
     """Squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,), differentiable wrt x
     and y: ``fused``, the distances parked in the weights buffer (or, without gradients,
@@ -391,7 +392,8 @@ def softdtw_sqeuclidean(
     gradients both run the same E-to-gradient step (:func:`_eager_grads`, E's row and column
     sums from the DP backward kernel).  ``lengths``, ``lo``, ``hi``: as
     :func:`softdtw_cost`'s; x and y hold zeros past the lengths (the public entry puts them
-    there).
+    there).  ``checkpoint`` (with ``lengths``, ``fused``): the checkpointed mode, which stores
+    no weights (:func:`sdtw.cuda._launch.checkpoint_grads`).
 
     All the GPU work is queued before autograd's ``Function.apply`` (which only attaches the
     values and the gradients): the host time of ``apply`` then overlaps the kernels instead
@@ -402,9 +404,13 @@ def softdtw_sqeuclidean(
     dtype = _kernel_dtype(x).dtype
 
     def compute(xk: torch.Tensor, yk: torch.Tensor, lens: torch.Tensor | None = None) -> tuple:
+        if checkpoint and (need_x or need_y):
+            out, gx, gy = _launcher_module().checkpoint_grads(xk, yk, gamma, lo, lens)
+            sdt = _launcher_module().storage_dtype(xk.dtype)
+            return out, _as(gx, sdt) if need_x else None, _as(gy, sdt) if need_y else None
         return _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y, lens)
 
-    params = (gamma, lo, hi, fused, need_x, need_y)
+    params = (gamma, lo, hi, fused, need_x, need_y, checkpoint)
     if lengths is None:
         done = _graphs.call((x, y), params, (dtype, dtype), compute)
     else:

@@ -113,13 +113,15 @@ def _boundary(
     device: torch.device,
     count: int = 1,
     lengths: torch.Tensor | None = None,
+    middle: int = 0,
 ) -> tuple:
     """``count`` boundary buffers (one per DP launch), each (B, nb, M + 1) int64 float64 bits
-    flattened, then (with ``lengths``, int64 (2 B,) on the device: x's lengths, then y's) the
-    pairs' lengths, then one element for the blocks' ticket counter; all ``SENTINEL`` but the
-    lengths, from one fill.  Row (b, k) is band k's last row; column ``M`` is padding."""
+    flattened, then ``middle`` more (the checkpointed forward's column checkpoints), then
+    (with ``lengths``, int64 (2 B,) on the device: x's lengths, then y's) the pairs' lengths,
+    then one element for the blocks' ticket counter; all ``SENTINEL`` but the lengths, from
+    one fill.  Row (b, k) is band k's last row; column ``M`` is padding."""
     extra = 0 if lengths is None else 2 * B
-    n = B * nb * (M + 1) + extra + 1
+    n = B * nb * (M + 1) + middle + extra + 1
     hand = torch.full((count * n,), K.SENTINEL, dtype=torch.int64, device=device)
     if extra:
         tails = hand.view(count, n)[:, n - 1 - extra : n - 1]
@@ -356,6 +358,42 @@ def forward_grads(
     (B,) and the gradients wrt ``xs`` and ``ys`` (upstream gradient 1)."""
     out, P, Gb = forward(a, y, gamma, lo, hi, True, spare=True, lengths=lengths)
     gx, gy = backward_grads(P, xs, ys, Gb, lengths)
+    return out, gx, gy
+
+
+def checkpoint_grads(
+    x: torch.Tensor, y: torch.Tensor, gamma: float, radius: int, lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The checkpointed mode (``memory="checkpoint"``) from contiguous x (B, N, D), y (B, M, D)
+    (float32 or float64): the fused forward keeping its boundary rows and column checkpoints
+    (no weights), then the recomputing backward (upstream gradient 1,
+    :mod:`sdtw.cuda.kernels.recompute`).  ``radius``: the band's (-1: none); ``lengths``:
+    int64 (2 B,) on the device.  Returns the values (B,) in x's dtype and the gradients wrt x
+    and y, float64.  Memory: the two boundary buffers (the forward's about ``N M / 2`` bytes
+    per pair) and the gradients."""
+    B, N, D = x.shape
+    M = y.shape[1]
+    dev = x.device
+    nb = -(-N // K.TB)
+    nck = -(-M // K.TB)
+    fast = x.dtype == torch.float32
+    streams = _stream(dev)
+    (Rb,) = _boundary(B, nb, M, dev, lengths=lengths, middle=B * nb * nck * K.TB)
+    out = torch.empty(B, dtype=x.dtype, device=dev)
+    P = _placeholder((2,), storage_dtype(x.dtype), dev)  # (no weights stored)
+    _launcher(K.ForwardSpec, K.FUSED, fast, False, "soft-dtw", True, True)(
+        B * nb, K.threads(False), streams, x, y, N, M, D, float(gamma), int(radius), 0,
+        P, Rb, out, False,
+    )  # fmt: skip
+    launch_counts["forward"] += 1
+    (Gb,) = _boundary(B, nb, M, dev, lengths=lengths)
+    gx = torch.zeros((B, N, D), dtype=torch.float64, device=dev)
+    gy = torch.zeros((B, M, D), dtype=torch.float64, device=dev)
+    g = _constant((B,), 1.0, torch.float64, dev)
+    _launcher(K.RecomputeSpec, fast)(
+        B * nb, K.TB, streams, x, y, N, M, D, float(gamma), int(radius), Rb, Gb, g, gx, gy
+    )
+    launch_counts["backward"] += 1
     return out, gx, gy
 
 

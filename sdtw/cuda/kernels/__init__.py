@@ -63,7 +63,9 @@ Memory
 ``P`` (B, 2, N, M) holds (p_diag, p_up); p_left = 1 - p_diag - p_up.  The backward overwrites
 plane 1 with ``E`` in place, so ``E = P[:, 1]`` needs no extra buffer; it also returns E's row
 and column sums (B, N + M) when asked.  Boundary buffers are (B, ceil(N/TB), M + 1) int64
-(float64 bits; column ``M`` is padding), flattened, plus the ticket counter.
+(float64 bits; column ``M`` is padding), flattened, plus the ticket counter.  The checkpointed
+mode stores no ``P``: its forward keeps its boundary rows and column checkpoints, about
+``N M / 2`` bytes per pair (:mod:`~sdtw.cuda.kernels.recompute`).
 
 Layout
 ------
@@ -82,6 +84,7 @@ module                                     role
 :mod:`~sdtw.cuda.kernels.forward`          the forward kernel
 :mod:`~sdtw.cuda.kernels.sweep`            the backward's in-sweep gradients
 :mod:`~sdtw.cuda.kernels.backward`         the backward kernel
+:mod:`~sdtw.cuda.kernels.recompute`        the checkpointed backward (``memory="checkpoint"``)
 :mod:`~sdtw.cuda.kernels.park`             the park kernel (distances into ``P`` or a cost)
 :mod:`~sdtw.cuda.kernels.specs`            variants as frozen specs
 :mod:`~sdtw.cuda.kernels.registry`         spec -> compiled kernel, on-disk cache
@@ -102,6 +105,7 @@ from sdtw.cuda.kernels.specs import (
     BackwardSpec,
     ForwardSpec,
     ParkSpec,
+    RecomputeSpec,
 )
 
 __all__ = [
@@ -117,6 +121,7 @@ __all__ = [
     "BackwardSpec",
     "ForwardSpec",
     "ParkSpec",
+    "RecomputeSpec",
     "sweep_tiles",
     "threads",
 ]

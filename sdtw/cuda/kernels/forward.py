@@ -108,6 +108,7 @@ def _block_types(spec: ForwardSpec):
 def _cells(spec: ForwardSpec):
     """The band's steps and the stored p_diag's reader: ``(group, get_pd)``."""
     fused = spec.mode == FUSED
+    ckpt = spec.ckpt
     rec = RECURRENCES[spec.recurrence]
     softmin3 = rec.cell_fast if spec.fast else rec.cell
     blk_t, w_t, packed = _block_types(spec)
@@ -129,7 +130,9 @@ def _cells(spec: ForwardSpec):
         lane above shuffled down last step; ``top`` is the row above the band at this column
         (lane 0's upper neighbour).  Branch-free: invalid cells select +inf and zero weights.
         ``pub``: this lane publishes its R for the band below (the band's last row), through
-        ``pb`` = (shared ring, boundary buffer, its row, the lane's lag ``plag``, M).
+        ``pb`` = (shared ring, boundary buffer, its row, the lane's lag ``plag``, M); with
+        ``ckpt``, its R at the checkpoint columns (``j = M - 1 - 32 (c + 1)``, the left edge
+        of the backward's position chunk ``c``) to ``pb[5] + 32 c``.
         """
         r_diag, r_left, up_next = st
         if fused:
@@ -153,9 +156,13 @@ def _cells(spec: ForwardSpec):
         # The publishing lane's value (this lane's column s - tid): into its shared ring (the
         # other lanes to spare slots of their own; the last band's is the loss) and to the
         # boundary row (a predicated store: no branch).
-        pubs, hand, own, plag, M = pb
+        pubs, hand, own, plag, M = pb[0], pb[1], pb[2], pb[3], pb[4]
         pubs[sl if pub else uint32(RING + tid)] = r
         st_if(hand, uint64(own + s - plag), as_bits(r), pub & below(s - plag, M))
+        if ckpt:
+            q = M - 1 - (s - tid)  # this cell's position (the backward's column order)
+            at = (q > 0) & (q < M) & ((q & (TW - 1)) == 0)
+            st_if(hand, uint64(pb[5] + (q - TW)), as_bits(r), at)
         return up, r, from_prev_lane(r, xch, s & 1)
 
     @device
@@ -311,7 +318,7 @@ def _mover(spec: ForwardSpec, load8, item, write_rest):
 
 def build(spec: ForwardSpec):
     """The forward kernel of ``spec`` (compiled on first launch)."""
-    mode, mover, lengths = spec.mode, spec.mover, spec.lengths
+    mode, mover, lengths, ckpt = spec.mode, spec.mover, spec.lengths, spec.ckpt
     fused, tiled, split, hilo = mode == FUSED, mode == TILED, mode == SPLIT, mode == HILO
     parked = split or hilo  # X is P, holding the park kernel's distances
     blk_t, w_t, _ = _block_types(spec)
@@ -335,6 +342,10 @@ def build(spec: ForwardSpec):
         y's B), ``lo`` is the band's radius (-1: none) and ``hi`` is unused; the band follows
         the pair's lengths, bands past n leave at once and a band's chunks stop at m.  N, M
         stay the padded sizes of the layout.
+
+        ``ckpt``: Rb also holds, after its rows, the *column checkpoints* (B, nb,
+        ceil(M / 32), 32): band k's R at column ``m - 1 - 32 (c + 1)`` for c = 0, 1, .. (while
+        that column exists), by row (:mod:`sdtw.cuda.kernels.recompute`).
         """
         tx = cuda.threadIdx.x
         tid = tx & (TB - 1) if mover else tx  # the lane (in its warp, with a mover)
@@ -482,7 +493,11 @@ def build(spec: ForwardSpec):
         has = k > 0  # a band above to take the row from
         above = own - (M + 1) if has else own  # (the top band reads its own row, ignored)
         pref = poll(Rb, above + min(tid, Mb))
-        pb = (pubs, Rb, own, plag, Mb)  # where the publishing lane's steps put their values
+        if ckpt:  # (and this lane's column checkpoints: after the rows, by band, chunk, row)
+            nck = (M + TW - 1) // TW
+            pb = (pubs, Rb, own, plag, Mb, B * nb * (M + 1) + (b * nb + k) * nck * TW + tid)
+        else:
+            pb = (pubs, Rb, own, plag, Mb)  # where the publishing lane's steps put their values
         dd = tid % DC  # fused staging: lane (dd, rh) takes feature dd of rows rh, rh + 2, ..
         rh = tid // DC
         yy = 0.0

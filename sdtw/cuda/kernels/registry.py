@@ -33,6 +33,7 @@ from sdtw.cuda.kernels.specs import (
     BackwardSpec,
     ForwardSpec,
     ParkSpec,
+    RecomputeSpec,
     Spec,
 )
 
@@ -72,6 +73,8 @@ def build(spec: Spec):
         from sdtw.cuda.kernels.forward import build
     elif isinstance(spec, BackwardSpec):
         from sdtw.cuda.kernels.backward import build
+    elif isinstance(spec, RecomputeSpec):
+        from sdtw.cuda.kernels.recompute import build
     else:
         from sdtw.cuda.kernels.park import build
     return build(spec)
@@ -156,4 +159,7 @@ def production_specs() -> list[Spec]:
     park = [ParkSpec(f32, cost) for cost in (False, True) for f32 in (True, False)]
     # each DP kernel's variable-length twin (x_lengths / y_lengths)
     lengths = [replace(s, lengths=True) for s in forward + backward]
-    return forward + backward + park + lengths
+    # the checkpointed mode (memory="checkpoint"): fused forward and recomputing backward
+    ckpt = [ForwardSpec(FUSED, f, lengths=True, ckpt=True) for f in (True, False)]
+    ckpt += [RecomputeSpec(f) for f in (True, False)]
+    return forward + backward + park + lengths + ckpt

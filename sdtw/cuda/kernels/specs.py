@@ -28,6 +28,8 @@ class ForwardSpec:
         ``hilo`` and ``tiled``; ``tiled`` always has one).
     recurrence : the cell update (:data:`sdtw.cuda.kernels.recurrence.RECURRENCES`).
     lengths : per-pair lengths (variable-length batches; see the kernel's docstring).
+    ckpt : also write the column checkpoints of the checkpointed mode (with ``lengths``,
+        modes ``cost`` and ``fused``; see :mod:`sdtw.cuda.kernels.recompute`).
     """
 
     mode: str
@@ -35,6 +37,7 @@ class ForwardSpec:
     mover: bool = False
     recurrence: str = "soft-dtw"
     lengths: bool = False
+    ckpt: bool = False
 
     def __post_init__(self) -> None:
         ok = (
@@ -43,6 +46,7 @@ class ForwardSpec:
             and not (self.mode == SPLIT and self.fast)
             and (self.fast or self.mode not in (HILO, TILED))
             and (self.mover == (self.mode == TILED) or self.mode == HILO)
+            and (not self.ckpt or (self.lengths and self.mode in (COST, FUSED)))
         )
         if not ok:
             raise ValueError(f"no forward kernel for {self}")
@@ -51,7 +55,7 @@ class ForwardSpec:
     def label(self) -> str:
         dtype = "f32" if self.fast else "f64"
         extra = ("-mover" if self.mover else "") + ("-lengths" if self.lengths else "")
-        return f"forward-{self.mode}-{dtype}{extra}"
+        return f"forward-{self.mode}-{dtype}{extra}" + ("-ckpt" if self.ckpt else "")
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,21 @@ class BackwardSpec:
 
 
 @dataclass(frozen=True)
+class RecomputeSpec:
+    """The checkpointed backward (:mod:`sdtw.cuda.kernels.recompute`): gradients wrt x and y
+    of squared-Euclidean soft-DTW from the forward's checkpoints.
+
+    fast : float32 weights and transcendentals, as the forward's (float32 inputs).
+    """
+
+    fast: bool
+
+    @property
+    def label(self) -> str:
+        return f"recompute-{'f32' if self.fast else 'f64'}"
+
+
+@dataclass(frozen=True)
 class ParkSpec:
     """A park kernel: the squared Euclidean distances of x and y into the weights buffer
     (``cost`` False) or into a (B, N, M) cost tensor (``cost``).
@@ -99,4 +118,4 @@ class ParkSpec:
         return f"{'cost-' if self.cost else ''}park-{'f32' if self.f32 else 'f64'}"
 
 
-Spec = ForwardSpec | BackwardSpec | ParkSpec
+Spec = ForwardSpec | BackwardSpec | RecomputeSpec | ParkSpec

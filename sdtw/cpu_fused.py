@@ -1,0 +1,243 @@
+"""CPU soft-DTW from the sequences, in memory that grows like N + M: the checkpointed mode of
+the CPU backend (``memory="checkpoint"``).
+
+No (B, N, M) tensor exists anywhere: the ground cost of a cell is recomputed from x and y when
+the cell is (:func:`_cost`: squared Euclidean, Euclidean or L1), the forward keeps only every
+K-th row of the DP table (the *checkpoints*), and the backward walks the table's segments of K
+rows from the bottom up, recomputing each segment's rows from its checkpoint with the forward's
+own arithmetic, then propagating the expected alignment E through it (the push form of
+:mod:`sdtw.cpu`, in the same order) and adding each cell's share to the gradients wrt x and y
+the moment its E is final:
+
+.. math::  \\frac{\\partial\\, \\mathrm{sdtw}}{\\partial x_i}
+           = \\sum_j E_{ij}\\, \\frac{\\partial C(x_i, y_j)}{\\partial x_i},\\qquad
+           \\frac{\\partial\\, \\mathrm{sdtw}}{\\partial y_j}
+           = \\sum_i E_{ij}\\, \\frac{\\partial C(x_i, y_j)}{\\partial y_j}.
+
+Memory per pair (float64): the checkpoints ``8 ceil(N / K) (M + 1)`` bytes, from the forward to
+the backward; per thread during the backward, one segment's rows of R and of E, ``16 (K + 1)
+(M + 1)`` bytes.  With ``K ~ sqrt(N)`` both are O(M sqrt(N)) (:func:`segment_rows`).  The
+forward without gradients keeps two rows, ``16 (M + 1)`` bytes per thread.  Time: the forward's
+cells twice (once in the forward, once recomputed) and the backward's once.
+
+Each pair is swept by one thread (``prange`` over the batch) and has its own lengths and band
+(the arrays of :func:`sdtw.cpu._tables`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import njit, prange
+
+from sdtw.cpu import _run, _serial, _softmin3
+
+__all__ = ["DIST_CODES", "CPUFusedSoftDTW", "fused_backward", "fused_forward", "segment_rows"]
+
+#: The ground costs the fused kernels recompute, by name.
+DIST_CODES = {"sqeuclidean": 0, "euclidean": 1, "l1": 2}
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cost(X: np.ndarray, Y: np.ndarray, b: int, i: int, j: int, kind: int) -> float:
+    """C(x_i, y_j) of pair b: squared Euclidean (0), Euclidean (1) or L1 (2)."""
+    s = 0.0
+    if kind == 2:
+        for d in range(X.shape[2]):
+            s += abs(X[b, i, d] - Y[b, j, d])
+        return s
+    for d in range(X.shape[2]):
+        t = X[b, i, d] - Y[b, j, d]
+        s += t * t
+    return math.sqrt(s) if kind == 1 else s
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _grad(X, Y, b, i, j, kind, e, GX, GY) -> None:
+    """Add ``e dC/dx_i`` to ``GX[b, i]`` and ``e dC/dy_j`` to ``GY[b, j]`` (the Euclidean
+    cost's gradient is taken as 0 where ``x_i = y_j``, the L1 cost's per feature likewise, as
+    torch's ``cdist``)."""
+    D = X.shape[2]
+    scale = 2.0 * e
+    if kind == 1:
+        s = 0.0
+        for d in range(D):
+            t = X[b, i, d] - Y[b, j, d]
+            s += t * t
+        scale = e / math.sqrt(s) if s > 0.0 else 0.0
+    for d in range(D):
+        t = X[b, i, d] - Y[b, j, d]
+        if kind == 2:
+            g = e * (1.0 if t > 0.0 else (-1.0 if t < 0.0 else 0.0))
+        else:
+            g = scale * t
+        GX[b, i, d] += g
+        GY[b, j, d] -= g
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row(X, Y, b, i, kind, prev, cur, m, lo, hi, gamma, ig) -> None:
+    """Padded DP row ``i + 1`` (cells of row ``i``) into ``cur`` from row ``i`` in ``prev``:
+    +inf outside the band and past column ``m``.  The row's costs go into ``cur`` first (a
+    loop without a dependency chain), then the chain of soft minima reads them."""
+    j0, j1 = max(0, i - lo), min(m - 1, i + hi) + 1
+    cur[:] = math.inf
+    for j in range(j0, j1):
+        cur[j + 1] = _cost(X, Y, b, i, j, kind)
+    for j in range(j0, j1):
+        cur[j + 1] += _softmin3(prev[j], prev[j + 1], cur[j], gamma, ig)
+
+
+def _forward_kernel(X, Y, kind, gamma, ns, ms, los, his, K, ck, out) -> None:
+    """Values ``out[b] = R[n_b, m_b]``; with ``K > 0``, padded rows 0, K, 2K, ... of R into
+    ``ck[b]`` (rows at or past ``n_b`` are not written)."""
+    B, M1 = X.shape[0], Y.shape[1] + 1
+    ig = 1.0 / gamma
+    for b in prange(B):
+        n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+        prev = np.full(M1, math.inf)
+        prev[0] = 0.0
+        cur = np.empty(M1)
+        if K > 0:
+            ck[b, 0, :] = prev
+        for i in range(n):
+            _row(X, Y, b, i, kind, prev, cur, m, lo, hi, gamma, ig)
+            if K > 0 and (i + 1) % K == 0 and i + 1 < n:
+                ck[b, (i + 1) // K, :] = cur
+            prev, cur = cur, prev
+        out[b] = prev[m]
+
+
+def _backward_kernel(X, Y, kind, gamma, ns, ms, los, his, K, ck, gout, GX, GY) -> None:
+    """``GX``, ``GY`` (zeroed) += the gradients of ``gout[b] * R[n_b, m_b]`` wrt x, y, segment
+    by segment from the checkpoints (see the module docstring)."""
+    B, M = X.shape[0], Y.shape[1]
+    ig = 1.0 / gamma
+    for b in prange(B):
+        n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+        Rs = np.empty((K + 1, M + 1))  # padded R rows r0 .. r0 + K of the segment
+        Es = np.zeros((K + 1, M))  # E of cell rows r0 - 1 (row 0: the pushes up) .. r0 + K - 1
+        carry = np.zeros(M)  # the pushes from the segment below into this one's last row
+        for s in range((n + K - 1) // K - 1, -1, -1):
+            r0 = s * K
+            r1 = min(r0 + K, n)
+            Rs[0, :] = ck[b, s, :]
+            for i in range(r0, r1):
+                _row(X, Y, b, i, kind, Rs[i - r0], Rs[i - r0 + 1], m, lo, hi, gamma, ig)
+            Es[:, :] = 0.0
+            Es[r1 - r0, :] = carry
+            if r1 == n:
+                Es[n - r0, m - 1] = gout[b]
+            for i in range(r1 - 1, r0 - 1, -1):
+                li = i - r0 + 1
+                for j in range(min(m - 1, i + hi), max(0, i - lo) - 1, -1):
+                    e = Es[li, j]
+                    if e == 0.0:
+                        continue
+                    if Rs[li, j + 1] == math.inf:
+                        Es[li, j] = 0.0
+                        continue
+                    r_diag, r_up, r_left = Rs[li - 1, j], Rs[li - 1, j + 1], Rs[li, j]
+                    mn = min(r_diag, r_up, r_left)
+                    w_diag = math.exp((mn - r_diag) * ig)
+                    w_up = math.exp((mn - r_up) * ig)
+                    w_left = math.exp((mn - r_left) * ig)
+                    scale = e / (w_diag + w_up + w_left)
+                    if i > 0 and j > 0:
+                        Es[li - 1, j - 1] += scale * w_diag
+                    if i > 0:
+                        Es[li - 1, j] += scale * w_up
+                    if j > 0:
+                        Es[li, j - 1] += scale * w_left
+                    _grad(X, Y, b, i, j, kind, e, GX, GY)
+            carry[:] = Es[0, :]
+
+
+_forward_parallel = njit(parallel=True, cache=True, nogil=True)(_forward_kernel)
+_backward_parallel = njit(parallel=True, cache=True, nogil=True)(_backward_kernel)
+_forward_serial = njit(cache=True, nogil=True)(_forward_kernel)
+_backward_serial = njit(cache=True, nogil=True)(_backward_kernel)
+
+
+def segment_rows(N: int, M: int, budget: int | None = None) -> int:
+    """Rows per checkpoint segment, K: ``ceil(sqrt(N))`` (checkpoints and one segment's rows
+    then take about the same memory), fewer where one segment's R and E (``16 (K + 1)
+    (M + 1)`` bytes) would exceed ``budget`` bytes, never below 1."""
+    K = max(1, math.isqrt(max(N - 1, 0)) + 1)
+    if budget is not None:
+        K = max(1, min(K, budget // (16 * (M + 1)) - 1))
+    return min(K, N)
+
+
+def fused_forward(
+    x: np.ndarray,
+    y: np.ndarray,
+    dist: str,
+    gamma: float,
+    tables: tuple,
+    K: int = 0,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Soft-DTW values (B,) of x (B, N, D), y (B, M, D) (float64, C-contiguous), each pair over
+    its own ``tables`` = (n, m, lo, hi) int64 arrays (B,); with ``K > 0`` also the checkpoints
+    (B, ceil(N / K), M + 1) for :func:`fused_backward`."""
+    B, N, _ = x.shape
+    M = y.shape[1]
+    ck = np.empty((B, -(-N // K), M + 1) if K > 0 else (1, 1, 1))
+    out = np.empty(B)
+    serial = _serial(B, N, M)
+    kernel = _forward_serial if serial else _forward_parallel
+    _run(kernel, serial, x, y, DIST_CODES[dist], float(gamma), *tables, int(K), ck, out)
+    return out, (ck if K > 0 else None)
+
+
+def fused_backward(
+    x: np.ndarray,
+    y: np.ndarray,
+    dist: str,
+    gamma: float,
+    tables: tuple,
+    K: int,
+    ck: np.ndarray,
+    grad_out: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The gradients (B, N, D), (B, M, D) of ``sum_b grad_out[b] values[b]`` wrt x and y from
+    :func:`fused_forward`'s checkpoints (float64)."""
+    B, N, _ = x.shape
+    gx, gy = np.zeros_like(x), np.zeros_like(y)
+    serial = _serial(B, N, y.shape[1])
+    kernel = _backward_serial if serial else _backward_parallel
+    args = (x, y, DIST_CODES[dist], float(gamma), *tables, int(K), ck, grad_out, gx, gy)
+    _run(kernel, serial, *args)
+    return gx, gy
+
+
+class CPUFusedSoftDTW(torch.autograd.Function):
+    """Autograd wrapper: x (B, N, D), y (B, M, D) -> values (B,) in x's dtype, float64 inside.
+    Call as ``CPUFusedSoftDTW.apply(x, y, dist, gamma, tables, K)`` (``tables``: the pairs'
+    ``(n, m, lo, hi)``; ``K``: rows per segment, :func:`segment_rows`); validated by the public
+    entry.  Saves only the checkpoints (and x, y) when a gradient is needed."""
+
+    @staticmethod
+    def forward(ctx, x, y, dist: str, gamma: float, tables: tuple, K: int):
+        xs = x.detach().to("cpu", torch.float64).contiguous().numpy()
+        ys = y.detach().to("cpu", torch.float64).contiguous().numpy()
+        need = x.requires_grad or y.requires_grad
+        out, ck = fused_forward(xs, ys, dist, gamma, tables, K if need else 0)
+        if need:
+            ctx.save_for_backward(torch.from_numpy(ck))
+            ctx.seqs, ctx.args = (xs, ys), (dist, gamma, tables, K)
+            ctx.meta = ((x.dtype, x.device), (y.dtype, y.device))
+        return torch.from_numpy(out).to(x.device, x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (ck,) = ctx.saved_tensors
+        dist, gamma, tables, K = ctx.args
+        g = grad_out.detach().to("cpu", torch.float64).contiguous().numpy()
+        gx, gy = fused_backward(*ctx.seqs, dist, gamma, tables, K, ck.numpy(), g)
+        (xd, xdev), (yd, ydev) = ctx.meta
+        gxt = torch.from_numpy(gx).to(xdev, xd) if ctx.needs_input_grad[0] else None
+        gyt = torch.from_numpy(gy).to(ydev, yd) if ctx.needs_input_grad[1] else None
+        return gxt, gyt, None, None, None, None
