@@ -6,6 +6,7 @@ Importing this package never touches the GPU and needs neither numba-cuda nor Tr
 from __future__ import annotations
 
 from sdtw import distances
+from sdtw.alignment import alignment
 from sdtw.band import band_offsets, sakoe_chiba_mask
 from sdtw.barycenter import softdtw_barycenter, softdtw_barycenter_cpu
 from sdtw.functional import softdtw, softdtw_from_cost
@@ -14,6 +15,7 @@ from sdtw.reference import softdtw_reference
 
 __all__ = [
     "SoftDTW",
+    "alignment",
     "band_offsets",
     "distances",
     "sakoe_chiba_mask",

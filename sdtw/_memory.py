@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["AUTO_FRACTION", "available_bytes", "cpu_checkpoint_bytes", "cpu_full_bytes"]
+__all__ = [
+    "AUTO_FRACTION",
+    "QUERY_FROM",
+    "available_bytes",
+    "cpu_checkpoint_bytes",
+    "cpu_full_bytes",
+    "cuda_checkpoint_bytes",
+    "cuda_full_bytes",
+]
 
 #: ``memory="auto"`` checkpoints where the full mode's buffers would take more than this
 #: fraction of the memory available now.
 AUTO_FRACTION = 0.5
+#: A CUDA call whose full mode needs fewer bytes than this takes it without asking the driver
+#: for the free memory (a query per training step would be host time on every step).
+QUERY_FROM = 256 * 2**20
 
 
 def available_bytes() -> int | None:
@@ -47,3 +58,24 @@ def cpu_checkpoint_bytes(B: int, N: int, M: int, K: int, threads: int, grad: boo
     if not grad:
         return 16 * (M + 1) * min(threads, B)
     return 8 * (B * -(-N // K) * (M + 1) + 2 * (K + 1) * (M + 1) * min(threads, B))
+
+
+def _boundary_bytes(B: int, N: int, M: int) -> int:
+    """One CUDA boundary buffer: (B, ceil(N / 32), M + 1) int64."""
+    return 8 * B * -(-N // 32) * (M + 1)
+
+
+def cuda_full_bytes(B: int, N: int, M: int, D: int, itemsize: int) -> int:
+    """Peak of the CUDA backend's fused full mode with gradients, beyond the inputs: the
+    weights ``P`` (B, 2, N, M) in the storage dtype (``itemsize`` 4 for float32 and below, 8
+    for float64), the two boundary buffers and the gradients (B, N + M, D)."""
+    return 2 * B * N * M * itemsize + 2 * _boundary_bytes(B, N, M) + B * (N + M) * D * itemsize
+
+
+def cuda_checkpoint_bytes(B: int, N: int, M: int, D: int, itemsize: int) -> int:
+    """Peak of the CUDA backend's checkpointed mode with gradients, beyond the inputs: the
+    forward's boundary buffer with its column checkpoints (B, ceil(N / 32), ceil(M / 32),
+    32) int64, the backward's, and the float64 gradients (B, N + M, D) (then copied to the
+    storage dtype)."""
+    ck = 8 * B * -(-N // 32) * -(-M // 32) * 32
+    return 2 * _boundary_bytes(B, N, M) + ck + B * (N + M) * D * (8 + itemsize)

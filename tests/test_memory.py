@@ -258,3 +258,27 @@ def test_gpu_checkpoint_equals_full_and_holds_its_memory(rng, dtype):
     model = 8 * (2 * B * nb * (M + 1) + B * nb * nck * 32 + B * (N + M) * D)
     assert res[1][2] <= 1.2 * model + 2**21
     assert res[1][2] < res[0][2] / 4
+
+
+@requires_gpu
+@pytest.mark.cuda
+def test_gpu_auto_checkpoints_where_the_full_mode_would_not_fit(rng, monkeypatch):
+    from sdtw.cuda import _launch
+
+    taken = []
+    grads = _launch.checkpoint_grads
+
+    def spy(*args):
+        taken.append(True)
+        return grads(*args)
+
+    monkeypatch.setattr(_launch, "checkpoint_grads", spy)
+    monkeypatch.setattr(_memory, "QUERY_FROM", 0)
+    x = randn(rng, 2, 300, 4, dtype=torch.float32, device="cuda").requires_grad_()
+    y = randn(rng, 2, 200, 4, dtype=torch.float32, device="cuda")
+    sdtw.softdtw(x, y).sum().backward()
+    assert taken == []
+    need = _memory.cuda_full_bytes(2, 300, 200, 4, 4)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (need, 4 * need))
+    sdtw.softdtw(x, y).sum().backward()
+    assert taken == [True]
