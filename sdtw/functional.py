@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sdtw import _memory
+from sdtw import _memory, ops
 from sdtw import _validation as V
 from sdtw._autograd import guard
 from sdtw.band import band_offsets, band_radius, pair_offsets
@@ -290,6 +290,20 @@ def _zero_padding(t: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return t.masked_fill((steps[None, :] >= lengths[:, None]).unsqueeze(-1), 0)
 
 
+def _autocast_on(t: object) -> bool:
+    """Whether autocast is on for ``t``'s device type (a tensor; anything else: no)."""
+    if not isinstance(t, torch.Tensor) or t.device.type not in ("cpu", "cuda"):
+        return False
+    return torch.is_autocast_enabled(t.device.type)
+
+
+def _f32(t: object) -> object:
+    """A float16/bfloat16 tensor as float32 (anything else as it is: validation follows)."""
+    if isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16):
+        return t.float()
+    return t
+
+
 def softdtw_options(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -299,6 +313,11 @@ def softdtw_options(
 ) -> torch.Tensor:
     """:func:`softdtw` with validated :class:`Options` (the module's entry: its settings were
     validated at construction)."""
+    if torch.compiler.is_compiling():  # torch.compile / torch.export: one operator
+        return ops.pair_loss(x, y, opts, x_lengths, y_lengths)
+    if _autocast_on(x):  # as PyTorch's losses: float32 under autocast
+        with torch.autocast(x.device.type, enabled=False):
+            return softdtw_options(_f32(x), _f32(y), opts, x_lengths, y_lengths)
     x, y, unbatched = V.check_sequences(x, y)
     B, N, M = x.shape[0], x.shape[1], y.shape[1]
     lengths = V.check_lengths(x_lengths, y_lengths, B, N, M, x.device)
@@ -451,8 +470,22 @@ def softdtw_from_cost(
     band gives that pair NaN; a -inf cell gives -inf or NaN (a soft minimum that meets one
     -inf is -inf, one that meets two is NaN).
     """
+    gamma, bandwidth = V.check_gamma(gamma), V.check_bandwidth(bandwidth)
+    if torch.compiler.is_compiling():
+        backend = V.check_backend(backend)
+        return ops.cost_loss(cost, gamma, bandwidth, backend, x_lengths, y_lengths)
+    if _autocast_on(cost):
+        with torch.autocast(cost.device.type, enabled=False):
+            return softdtw_from_cost(
+                _f32(cost),
+                gamma=gamma,
+                bandwidth=bandwidth,
+                backend=backend,
+                x_lengths=x_lengths,
+                y_lengths=y_lengths,
+            )
     cost, unbatched = V.check_cost(cost)
-    opts = Options(gamma=V.check_gamma(gamma), bandwidth=V.check_bandwidth(bandwidth))
+    opts = Options(gamma=gamma, bandwidth=bandwidth)
     B, N, M = cost.shape
     lengths = V.check_lengths(x_lengths, y_lengths, B, N, M, cost.device)
     name = resolve_backend(V.check_backend(backend), cost.device)

@@ -1,0 +1,197 @@
+"""sdtw as PyTorch operators: torch.compile (fullgraph, no graph break), torch.export,
+FakeTensor/meta shapes, ``opcheck`` on every operator; half precision and autocast."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import sdtw
+from tests.conftest import randn, requires_sim
+
+GAMMA = 0.5
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, **kw) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3).double()
+        self.loss = sdtw.SoftDTW(gamma=GAMMA, backend="cpu", **kw)
+
+    def forward(self, x, y, xl=None, yl=None):
+        return self.loss(self.lin(x), y, xl, yl).mean()
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"bandwidth": 3, "normalize": True},
+        {"dist": "l1", "memory": "checkpoint"},
+    ],
+)
+def test_compile_fullgraph_equals_eager(rng, kw):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = _Net(**kw)
+    x, y = randn(rng, 4, 11, 3), randn(rng, 4, 9, 3)
+    xl, yl = torch.tensor([11, 5, 1, 8]), torch.tensor([9, 9, 2, 4])
+    eager = net(x, y, xl, yl)
+    eager.backward()
+    want = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    explain = torch._dynamo.explain(net)(x, y, xl, yl)
+    assert explain.graph_break_count == 0 and explain.graph_count == 1
+    got = torch.compile(net, fullgraph=True)(x, y, xl, yl)
+    got.backward()
+    torch.testing.assert_close(got, eager, rtol=1e-12, atol=1e-12)
+    for p, g in zip(net.parameters(), want, strict=True):
+        torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12)
+
+
+def test_compile_from_cost_and_no_grad(rng):
+    torch._dynamo.reset()
+
+    def f(c):
+        return sdtw.softdtw_from_cost(c, gamma=GAMMA, bandwidth=2, backend="cpu").sum()
+
+    c = torch.as_tensor(rng.random((3, 6, 5))).requires_grad_()
+    eager = f(c)
+    (want,) = torch.autograd.grad(eager, c)
+    got = torch.compile(f, fullgraph=True)(c)
+    (g,) = torch.autograd.grad(got, c)
+    torch.testing.assert_close(got, eager)
+    torch.testing.assert_close(g, want)
+    with torch.no_grad():
+        x, y = randn(rng, 2, 5, 2), randn(rng, 2, 4, 2)
+        h = torch.compile(lambda a, b: sdtw.softdtw(a, b, backend="cpu"), fullgraph=True)
+        torch.testing.assert_close(h(x, y), sdtw.softdtw(x, y, backend="cpu"))
+
+
+def test_export_holds_one_sdtw_node(rng):
+    net = _Net(bandwidth=2)
+    x, y = randn(rng, 2, 7, 3), randn(rng, 2, 6, 3)
+    ep = torch.export.export(net, (x, y))
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets.count("sdtw.pair.default") == 1
+    torch.testing.assert_close(ep.module()(x, y), net(x, y))
+
+
+def test_fake_and_meta_inputs_give_the_output_shapes():
+    with FakeTensorMode():
+        x, y = torch.empty(5, 40, 3), torch.empty(5, 30, 3)
+        v, gx, gy = torch.ops.sdtw.pair(x, y, None, None, 1.0, 0.0, False, "sqeuclidean", -1,
+                                        "auto", "auto", True, False)  # fmt: skip
+        assert v.shape == (5,) and gx.shape == (5, 40, 3) and gy.shape == (0,)
+        c = torch.empty(2, 8, 9, dtype=torch.float64)
+        v, E = torch.ops.sdtw.cost(c, None, None, 1.0, 0.0, "auto", True)
+        assert v.shape == (2,) and v.dtype == torch.float64 and E.shape == (2, 8, 9)
+    meta = torch.empty(2, 6, 3, device="meta")
+    v, _, _ = torch.ops.sdtw.pair(meta, meta, None, None, 1.0, 0.0, False, "l1", -1, "auto",
+                                  "auto", False, False)  # fmt: skip
+    assert v.shape == (2,) and v.device.type == "meta"
+
+
+_PAIR_ARGS = [
+    (False, None, 0.0, False, "sqeuclidean", -1, "cpu", "auto", True, True),
+    (False, [7, 3, 1], 2.0, True, "l1", -1, "cpu", "checkpoint", True, False),
+    (False, None, 0.0, False, "euclidean", -1, "reference", "full", False, True),
+    (True, None, 1.0, False, "sqeuclidean", -1, "cpu", "auto", False, False),
+]
+
+
+@pytest.mark.parametrize("args", _PAIR_ARGS)
+def test_opcheck_pair(rng, args):
+    half, xl, *rest = args
+    dtype = torch.float32 if half else torch.float64
+    x = randn(rng, 3, 7, 2, dtype=dtype).requires_grad_()
+    y = randn(rng, 3, 5, 2, dtype=dtype).requires_grad_()
+    xl = None if xl is None else torch.tensor(xl)
+    bw, norm, dist, fused, backend, memory, nx, ny = rest
+    full = (x, y, xl, None, GAMMA, bw, norm, dist, fused, backend, memory, nx, ny)
+    result = torch.library.opcheck(torch.ops.sdtw.pair.default, full)
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+@pytest.mark.parametrize("need", [True, False])
+def test_opcheck_cost(rng, need):
+    c = torch.as_tensor(rng.random((3, 6, 4))).requires_grad_(need)
+    args = (c, None, torch.tensor([4, 4, 2]), 0.3, 1.0, "cpu", need)
+    result = torch.library.opcheck(torch.ops.sdtw.cost.default, args)
+    assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_second_derivative_through_the_operator_raises(rng):
+    x, y = randn(rng, 2, 5, 2).requires_grad_(), randn(rng, 2, 4, 2)
+    v, _, _ = torch.ops.sdtw.pair(x, y, None, None, GAMMA, 0.0, False, "sqeuclidean", -1, "cpu",
+                                  "auto", True, False)  # fmt: skip
+    (g,) = torch.autograd.grad(v.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="second derivatives"):
+        g.pow(2).sum().backward()
+
+
+def test_compiled_callable_dist_is_refused_clearly(rng):
+    torch._dynamo.reset()
+    x, y = randn(rng, 2, 5, 2), randn(rng, 2, 4, 2)
+
+    def f(a, b):
+        return sdtw.softdtw(a, b, dist=lambda p, q: torch.cdist(p, q), backend="cpu")
+
+    with pytest.raises(Exception, match="named dist"):
+        torch.compile(f, fullgraph=True)(x, y)
+
+
+# --------------------------------------------------------------------------------------------
+# Half precision and autocast
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_half_inputs_match_float64_on_the_rounded_inputs(rng, dtype, backend):
+    """float16/bfloat16 sequences are computed in float64 on the CPU backends and returned in
+    their own dtype: the float64 result on the same rounded inputs, rounded once."""
+    x, y = randn(rng, 3, 9, 2).to(dtype), randn(rng, 3, 7, 2).to(dtype)
+    xr = x.clone().requires_grad_()
+    v = sdtw.softdtw(xr, y, gamma=GAMMA, backend=backend)
+    v.sum().backward()
+    x64 = x.double().requires_grad_()
+    w = sdtw.softdtw(x64, y.double(), gamma=GAMMA, backend="reference")
+    w.sum().backward()
+    assert v.dtype == dtype and xr.grad.dtype == dtype
+    torch.testing.assert_close(v, w.to(dtype), rtol=0, atol=0)
+    torch.testing.assert_close(xr.grad, x64.grad.to(dtype), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_runs_the_loss_in_float32(rng, dtype):
+    lin = torch.nn.Linear(2, 2)
+    x, y = randn(rng, 3, 8, 2, dtype=torch.float32), randn(rng, 3, 6, 2, dtype=torch.float32)
+    with torch.autocast("cpu", dtype=dtype):
+        h = lin(x)
+        assert h.dtype == dtype
+        v = sdtw.softdtw(h, y, gamma=GAMMA, backend="cpu")
+        c = sdtw.softdtw_from_cost(torch.cdist(h, y.to(dtype)) ** 2, backend="cpu")
+    assert v.dtype == torch.float32 and c.dtype == torch.float32
+    want = sdtw.softdtw(h.float(), y, gamma=GAMMA, backend="cpu")
+    torch.testing.assert_close(v, want, rtol=0, atol=0)
+    v.sum().backward()
+    assert lin.weight.grad is not None and lin.weight.grad.dtype == torch.float32
+
+
+@requires_sim
+@pytest.mark.cudasim
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_inputs_on_the_cuda_kernels(rng, dtype):
+    x, y = randn(rng, 2, 33, 3).to(dtype), randn(rng, 2, 20, 3).to(dtype)
+    xr = x.clone().requires_grad_()
+    v = sdtw.softdtw(xr, y, gamma=GAMMA, backend="cuda")
+    v.sum().backward()
+    assert v.dtype == dtype and xr.grad.dtype == dtype
+    x64 = x.double().requires_grad_()
+    w = sdtw.softdtw(x64, y.double(), gamma=GAMMA, backend="cpu")
+    w.sum().backward()
+    np.testing.assert_allclose(v.detach().double(), w.detach().to(dtype).double(), rtol=1e-2)
+    np.testing.assert_allclose(xr.grad.double(), x64.grad.to(dtype).double(), rtol=2e-2, atol=1e-2)
