@@ -9,7 +9,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import sdtw
-from tests.conftest import randn, requires_sim
+from tests.conftest import randn, requires_gpu, requires_sim
 
 GAMMA = 0.5
 
@@ -195,3 +195,31 @@ def test_half_inputs_on_the_cuda_kernels(rng, dtype):
     w.sum().backward()
     np.testing.assert_allclose(v.detach().double(), w.detach().to(dtype).double(), rtol=1e-2)
     np.testing.assert_allclose(xr.grad.double(), x64.grad.to(dtype).double(), rtol=2e-2, atol=1e-2)
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_gpu_compile_equals_eager(rng, mode):
+    """On the GPU, compiled (and with PyTorch's cudagraph trees capturing the step, whose
+    sdtw kernels then replay inside PyTorch's graph) against eager, over several steps."""
+    torch._dynamo.reset()
+    lin = torch.nn.Linear(8, 8).cuda()
+
+    def step(x, y, xl):
+        return sdtw.softdtw(lin(x), y, gamma=GAMMA, x_lengths=xl).mean()
+
+    compiled = torch.compile(step, mode=mode, fullgraph=True)
+    for _ in range(4):
+        x = randn(rng, 16, 200, 8, dtype=torch.float32, device="cuda")
+        y = randn(rng, 16, 150, 8, dtype=torch.float32, device="cuda")
+        xl = torch.as_tensor(rng.integers(100, 201, 16), device="cuda")
+        lin.zero_grad()
+        want = step(x, y, xl)
+        want.backward()
+        g_want = lin.weight.grad.clone()
+        lin.zero_grad()
+        got = compiled(x, y, xl)
+        got.backward()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(lin.weight.grad, g_want, rtol=1e-4, atol=1e-5)
