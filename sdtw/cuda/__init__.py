@@ -364,7 +364,9 @@ def softdtw_cost(
     the result): every microsecond of host time before the first launch is GPU idle time."""
     _launch = _launcher_module()
     need = needs_grad(cost)
-    c = _kernel_dtype(cost.detach()).contiguous()
+    # (a float16 cost is read as it is: no (B, N, M) float32 copy; bfloat16 has no Numba type)
+    c = cost.detach()
+    c = (c if c.dtype == torch.float16 else _kernel_dtype(c)).contiguous()
     out, P, _ = _launch.forward(c, None, gamma, lo, hi, store=need, lengths=lengths)
     out = _as(out, cost.dtype)
     if not need:
