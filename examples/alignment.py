@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--length", type=int, default=100)
     p.add_argument("--gammas", type=float, nargs="+", default=[1.0, 0.1, 0.01])
-    p.add_argument("--backend", default="auto")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     x, y = series(args.length, args.seed)
     alignments = []
     for gamma in args.gammas:
-        E = sdtw.alignment(x, y, gamma=gamma, backend=args.backend)
+        E = sdtw.alignment(x.to(args.device), y.to(args.device), gamma=gamma).cpu()
         alignments.append((gamma, E))
         # the expected number of matches per x step: 1 for a one-to-one path, more where the
         # alignment spreads or y is compressed against x

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 import sdtw
+from examples import missing
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out" / "barycenter.png"
 
@@ -83,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
+    problem = missing("python -m examples.barycenter")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
 
     X = block_waves(args.n_series, args.length, noise=args.noise, seed=args.seed).to(args.device)
     mean = X.mean(0)

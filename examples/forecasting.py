@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 import sdtw
+from examples import missing
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "out" / "forecasting.png"
 
@@ -101,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = p.parse_args(argv)
+    problem = missing("python -m examples.forecasting")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
 
     torch.manual_seed(args.seed)
     device = torch.device(args.device)

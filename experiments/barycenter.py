@@ -39,8 +39,10 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "EARLY_STOP",
@@ -67,26 +69,28 @@ MAX_ITER = 100
 QUICK_MAX_ITER = 4  # --quick: a few iterations, enough to run every code path
 LR = 0.1
 
-LossFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+LossFn = Callable[["torch.Tensor", "torch.Tensor", float], "torch.Tensor"]
 
 
 def square_waves(
-    S: int, N: int, D: int, *, max_shift: float = 0.15, noise: float = 0.1, dtype=torch.float32
+    S: int, N: int, D: int, *, max_shift: float = 0.15, noise: float = 0.1, dtype=None
 ) -> torch.Tensor:
     """(S, N, D) square waves, channel ``d`` of ``d + 1`` periods over the sequence.
 
     The D channels of one sequence share one random time shift (uniform, at most
     ``max_shift * N``), so an alignment exists that DTW can find; Gaussian noise of standard
     deviation ``noise`` on every value.  Seeded by the shape: the same data for every
-    implementation and gamma.
+    implementation and gamma.  ``dtype``: the result's (``None``: float32).
     """
+    import torch
+
     gen = torch.Generator().manual_seed(zlib.crc32(repr(("square_waves", S, N, D)).encode()))
     t = torch.arange(N, dtype=torch.float64) / N
     shift = max_shift * (2 * torch.rand(S, 1, 1, generator=gen, dtype=torch.float64) - 1)
     phase = (t[:, None] - shift) * torch.arange(1, D + 1, dtype=torch.float64)
     waves = torch.where(torch.remainder(phase, 1.0) < 0.5, 1.0, -1.0)
     waves = waves + noise * torch.randn(S, N, D, generator=gen, dtype=torch.float64)
-    return waves.to(dtype)
+    return waves.to(torch.float32 if dtype is None else dtype)
 
 
 class AdamBarycenter:
@@ -112,6 +116,8 @@ class AdamBarycenter:
     def __init__(
         self, loss: LossFn, X: torch.Tensor, gamma: float, max_iter: int, lr: float = LR
     ) -> None:
+        import torch
+
         self.loss, self.X, self.gamma = loss, X, gamma
         self.Z = X.detach().mean(0).requires_grad_()
         self.opt = torch.optim.Adam([self.Z], lr=lr)
@@ -125,6 +131,8 @@ class AdamBarycenter:
 
     def gradient(self) -> float:
         """F(Z), leaving its gradient, norm clipped at 1, in ``Z.grad``."""
+        import torch
+
         from sdtw.barycenter import MAX_GRAD_NORM
 
         self.opt.zero_grad(set_to_none=True)
@@ -167,6 +175,8 @@ def adam_barycenter(
         The objective after ``t`` steps for ``t = 0, 1, ...``: ``len(history) - 1`` steps
         were taken (``max_iter`` unless early stopping ended the loop).
     """
+    import torch
+
     solver = AdamBarycenter(loss, X, gamma, max_iter, lr)
     best_Z, history = solver.Z.detach().clone(), []
     ref, wait = math.inf, 0  # the last objective that counted as an improvement

@@ -20,6 +20,7 @@ name               what                                                         
 ``torch``          :mod:`baselines.torch_naive`, plain PyTorch + autograd       any
 ``reference``      float64 NumPy oracle (slow; timed only at small N M)         any
 ``tslearn``        optional peer: tslearn's ``SoftDTWLossPyTorch`` (CPU DP)     cpu
+``aeon``           optional peer: ``aeon.distances.soft_dtw_distance`` (Numba)  cpu
 ``pysdtw``         optional peer: pysdtw's CUDA ``SoftDTW`` (Numba)             cuda
 =================  ===========================================================  ======
 
@@ -31,24 +32,28 @@ that off, so every call launches its kernels eagerly.
 
 The ``-graph`` rows time the same loss as a training loop with static shapes runs it: the
 whole step (loss, ``sum``, backward) captured once by ``torch.cuda.graph`` and replayed after
-copying the inputs in (:func:`experiments.run._graph_step`), so a step's host time is two
+copying the inputs in (:func:`experiments.timing.graph_step`), so a step's host time is two
 copies and one graph launch; their ``peak_mem_bytes`` is what the captured graph keeps
 allocated.  Their loss runs with the library's own graphs off, as the README advises a caller
 that captures whole steps: in the warm-up steps (on a side stream) the library would capture
 a graph of its own that the replays never use, but that holds memory and counts toward its
 budget of kept graphs (:func:`sdtw.cuda.set_graphs`).  They are timed in turn among themselves,
-after the eager rows (:func:`experiments.run._turn_groups`).  Real GPUs only (the simulator
+after the eager rows (:func:`experiments.runner.turn_groups`).  Real GPUs only (the simulator
 has no graphs).
 
-The two peers are other projects' code, measured as installed when importable (``Impl.unavailable``
-says why not; a sweep then leaves them out with a note).
+The peers are other projects' code, measured as installed when importable (``Impl.unavailable``
+says why not, and how to install it; a sweep then leaves them out with a note).  aeon computes
+the value only (its ``forward+backward`` rows are ``unsupported``) and returns its absolute
+value (``abs`` of soft-DTW, which is negative for close sequences), so its error is large where
+soft-DTW is below zero.
 
 For the ``barycenter`` sweep, ``impl.solve_barycenter(X, gamma, max_iter, early_stopping)`` runs
 ours through :func:`sdtw.softdtw_barycenter` and every other implementation through the same
 Adam loop around its loss (:func:`experiments.barycenter.adam_barycenter`).
 
 The baselines are imported lazily (:func:`baselines_error` says why they are missing, if they
-are), so this module imports on any machine and never touches a GPU.
+are), so this module imports on any machine and never touches a GPU; torch too, so that the
+report and the figures, which read the registry's names and order, run without it.
 
 Memory models
 -------------
@@ -70,6 +75,7 @@ torch             ``16 s``                       autograd keeps every diagonal (
 sdtw-cpu          ``40`` (host)                  float64 cost, R, E, gradient
 reference         ``8 D + 40`` (host)            float64 broadcast cost, R, E
 tslearn           ``32`` (host)                  float64 R, E, cost, gradient (rough)
+aeon              ``24`` (host)                  float64 cost, R (rough; forward only)
 pysdtw            ``5 s``                        cost + grad, R, E (rough)
 ================  =============================  =======================================
 
@@ -89,8 +95,10 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "FORWARD",
@@ -106,11 +114,11 @@ FORWARD = "forward"
 FORWARD_BACKWARD = "forward+backward"
 MODES = (FORWARD, FORWARD_BACKWARD)
 
-LossFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
+LossFn = Callable[["torch.Tensor", "torch.Tensor", float], "torch.Tensor"]
 #: ``solve(X, gamma, max_iter, early_stopping) -> history``: a barycenter of X (S, M, D) and the
 #: objective after each step (:func:`experiments.barycenter.adam_barycenter`'s ``history``).
-BarycenterFn = Callable[[torch.Tensor, float, int, bool], list[float]]
-MemoryModel = Callable[[int, int, int, int, torch.dtype, str], int]
+BarycenterFn = Callable[["torch.Tensor", float, int, bool], list[float]]
+MemoryModel = Callable[[int, int, int, int, "torch.dtype", str], int]
 
 
 @dataclass(frozen=True)
@@ -145,7 +153,7 @@ class Impl:
         For optional peers (installed packages we do not depend on): returns why the package
         cannot be used here, or ``None``; an unavailable peer is left out of a sweep with a note.
     graphed : bool
-        Timed as a CUDA-graph replay of the whole step (:func:`experiments.run._graph_step`);
+        Timed as a CUDA-graph replay of the whole step (:func:`experiments.timing.graph_step`);
         needs a real GPU.
     """
 
@@ -197,6 +205,8 @@ def simulator() -> bool:
 
 
 def _itemsize(dtype: torch.dtype) -> int:
+    import torch
+
     return torch.finfo(dtype).bits // 8
 
 
@@ -212,7 +222,8 @@ def _boundary_rows(N: int, M: int) -> int:
 
 
 def _sdtw_fused(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> int:
-    s, store = _itemsize(dtype), (8 if dtype == torch.float64 else 4)
+    s = _itemsize(dtype)
+    store = 8 if s == 8 else 4  # float64 stays float64, the rest is stored as float32
     rows = B * _boundary_rows(N, M)
     if mode == FORWARD:
         return rows + _io(B, N, M, D, s)
@@ -220,7 +231,8 @@ def _sdtw_fused(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -
 
 
 def _sdtw_unfused(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> int:
-    s, store = _itemsize(dtype), (8 if dtype == torch.float64 else 4)
+    s = _itemsize(dtype)
+    store = 8 if s == 8 else 4  # float64 stays float64, the rest is stored as float32
     rows = B * _boundary_rows(N, M)
     if mode == FORWARD:
         return 2 * s * B * N * M + rows + _io(B, N, M, D, s)
@@ -365,13 +377,19 @@ def _baseline_launches() -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _importable(module: str) -> Callable[[], str | None]:
+def _importable(module: str, install: str) -> Callable[[], str | None]:
+    """Why optional peer ``module`` cannot be used here (with ``install``, how to get it), or
+    ``None``."""
+
     @cache
     def why_not() -> str | None:
         try:
             importlib.import_module(module)
         except Exception as exc:
-            return f"optional peer {module} is not importable ({type(exc).__name__}: {exc})"
+            return (
+                f"optional peer {module} is not importable ({type(exc).__name__}: {exc}); "
+                f"install it with: {install}"
+            )
         return None
 
     return why_not
@@ -382,6 +400,22 @@ def _tslearn(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
     from tslearn.metrics import SoftDTWLossPyTorch
 
     return SoftDTWLossPyTorch(gamma=gamma)(x, y)
+
+
+def _aeon(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
+    """aeon's soft-DTW distance (Numba, float64, squared Euclidean), pair by pair: the value
+    only, as aeon returns it (``abs`` of soft-DTW); with inputs that require a gradient a
+    ``ValueError`` (status ``unsupported``): aeon computes none."""
+    import torch
+    from aeon.distances import soft_dtw_distance
+
+    if x.requires_grad or y.requires_grad:
+        raise ValueError("aeon's soft_dtw_distance computes no gradient")
+    # aeon takes one series at a time as (channels, time)
+    xs = x.detach().to("cpu", torch.float64).transpose(1, 2).numpy()
+    ys = y.detach().to("cpu", torch.float64).transpose(1, 2).numpy()
+    values = [soft_dtw_distance(a, b, gamma=gamma) for a, b in zip(xs, ys, strict=True)]
+    return torch.as_tensor(values, dtype=x.dtype, device=x.device)
 
 
 def _pysdtw(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -397,6 +431,10 @@ def _pysdtw(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
 
     return pysdtw.SoftDTW(gamma=gamma, use_cuda=True)(x, y)
 
+
+#: aeon caps numba (< 0.64) and numpy (< 2.4) below the versions sdtw is measured with, so it
+#: goes in without its pins (its soft-DTW runs with today's numba: the harness's tests check it).
+AEON_INSTALL = "pip install deprecated && pip install --no-deps aeon (nox -s bench does)"
 
 GRAPHED = {"graphed": True, "launches": _sdtw_launches}
 
@@ -462,7 +500,18 @@ IMPLS: dict[str, Impl] = {
             _per_cell(8 * 2, 8 * 4),
             host_memory=True,
             max_cells=512 * 512,
-            unavailable=_importable("tslearn"),
+            unavailable=_importable(
+                "tslearn", 'pip install tslearn (the bench extra: pip install ".[bench]")'
+            ),
+        ),
+        Impl(
+            "aeon",
+            _aeon,
+            "cpu",
+            _per_cell(8 * 2, 8 * 3),
+            host_memory=True,
+            max_cells=512 * 512,
+            unavailable=_importable("aeon.distances", AEON_INSTALL),
         ),
         Impl(
             "pysdtw",
@@ -470,7 +519,7 @@ IMPLS: dict[str, Impl] = {
             "cuda",
             _per_cell(3 * 4, 5 * 4),
             launches=None,
-            unavailable=_importable("pysdtw"),
+            unavailable=_importable("pysdtw", "pip install pysdtw"),
         ),
     ]
 }

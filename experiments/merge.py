@@ -3,7 +3,7 @@
 ``python -m experiments.merge NEW OLD [--impl NAME ...] [--mode MODE ...]``
 
 Each row of ``NEW`` (a CSV of :mod:`experiments.run`) replaces the row of ``OLD`` with the same
-key (:data:`experiments.run.KEY_COLUMNS` as the harness compares them, and the metric: a
+key (:data:`experiments.results_csv.KEY_COLUMNS` as the harness compares them, and the metric: a
 sweep may record several per key) in place, and rows whose key ``OLD`` lacks are appended;
 ``OLD``'s other rows are kept as they are, each with its own provenance columns (git SHA,
 date, versions).  ``--impl`` / ``--mode`` take only those rows of ``NEW``.  Prints what it
@@ -17,8 +17,8 @@ import argparse
 import csv
 from pathlib import Path
 
-from experiments.run import COLUMNS
-from experiments.run import _key as run_key
+from experiments.results_csv import COLUMNS, rewrite
+from experiments.results_csv import key as run_key
 
 
 def _read(path: Path) -> list[dict[str, str]]:
@@ -38,8 +38,9 @@ def _key(row: dict[str, str]) -> tuple:
 def merge(
     new: Path, old: Path, impls: list[str] | None = None, modes: list[str] | None = None
 ) -> tuple[int, int]:
-    """Merge ``new``'s rows (those of ``impls`` and ``modes`` if given) into ``old`` (rewritten);
-    returns (rows replaced, rows added)."""
+    """Merge ``new``'s rows (those of ``impls`` and ``modes`` if given) into ``old``, rewritten
+    in one step (a crash leaves the old file or the new one); returns (rows replaced, rows
+    added)."""
     rows = _read(old)
     index = {_key(r): k for k, r in enumerate(rows)}
     replaced = added = 0
@@ -54,10 +55,7 @@ def merge(
         else:
             rows[k] = r
             replaced += 1
-    with old.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)  # (CRLF, as experiments.run writes)
-        writer.writeheader()
-        writer.writerows(rows)
+    rewrite(old, rows)  # (CRLF, as the harness writes)
     return replaced, added
 
 

@@ -17,8 +17,9 @@ sweep           device  grid
                         graph (``sdtw-*-graph``); also timed back to back
 ``long``        cuda    ours only, B in {1, 8}, N = M in {4096, 8192, 16384}, D = 64,
                         and 32768 at B = 1 (skipped if predicted not to fit)
-``cpu``         cpu     sdtw-cpu, torch, reference; B in {8, 32}, N = M in {32, 64, 128},
-                        D in {1, 8}: a few minutes on 2 cores
+``cpu``         cpu     sdtw-cpu, torch, the CPU peers tslearn and aeon (when installed),
+                        reference; B in {8, 32}, N = M in {32, 64, 128}, D in {1, 8}: a
+                        few minutes on 2 cores
 ``barycenter``  cuda    soft-DTW barycenter by Adam of B = 1000 square waves, N = M = 256,
                         D = 3, gamma in {1, 0.1}: ours vs the paper's design
 ==============  ======  ============================================================
@@ -82,7 +83,7 @@ class Sweep:
     back_to_back : bool
         Also time the steps back to back, with no synchronisation between them (metric
         ``time_ms_back_to_back``: what a training loop that does not read the loss each step
-        gets; see :func:`experiments.run.measure_group`).
+        gets; see :func:`experiments.measure.measure_group`).
     """
 
     name: str
@@ -202,12 +203,12 @@ SWEEPS: dict[str, Sweep] = {
             "gamma",
             "accuracy vs gamma (1e-4 .. 10) against a float64 reference, every implementation",
             "auto",
-            # not the oracle itself, nor the CPU-only peer (tslearn: tested, and in `cpu`), nor
+            # not the oracle itself, nor the CPU-only peers (tested, and in `cpu`), nor
             # the CUDA-graph replays of ours (the same kernels: their errors are in `targets`)
             tuple(
                 name
                 for name in IMPLS
-                if name not in ("reference", "tslearn", *OURS_GRAPHED, *OURS_NOGRAPH)
+                if name not in ("reference", "tslearn", "aeon", *OURS_GRAPHED, *OURS_NOGRAPH)
             ),
             _gamma,
             modes=(FORWARD_BACKWARD,),
@@ -231,9 +232,10 @@ SWEEPS: dict[str, Sweep] = {
         ),
         Sweep(
             "cpu",
-            "small CPU grid (a few minutes on 2 cores): sdtw-cpu vs torch, tslearn, reference",
+            "small CPU grid (a few minutes on 2 cores): sdtw-cpu vs torch, tslearn, aeon, "
+            "reference",
             "cpu",
-            ("sdtw-cpu", "torch", "tslearn", "reference"),
+            ("sdtw-cpu", "torch", "tslearn", "aeon", "reference"),
             _cpu,
         ),
         Sweep(

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-from sdtw import _memory, ops
 from sdtw import _validation as V
+from sdtw import memory as memory_model
+from sdtw import ops
 from sdtw._autograd import guard
 from sdtw.band import band_offsets, band_radius, pair_offsets
 from sdtw.cpu import CPUSoftDTW, _tables
@@ -178,9 +179,9 @@ def _fused_by_default(x: torch.Tensor, y: torch.Tensor) -> bool:
 def _checkpointed(x: torch.Tensor, y: torch.Tensor, opts: Options, name: str) -> bool:
     """Whether a call from sequences takes the checkpointed mode (see :func:`softdtw`'s
     ``memory``): where asked, or for ``"auto"`` where the full mode's buffers would take more
-    than :data:`sdtw._memory.AUTO_FRACTION` of the memory available now (host memory on the
+    than :data:`sdtw.memory.AUTO_FRACTION` of the memory available now (host memory on the
     CPU backend; on CUDA, with gradients and the fused squared Euclidean, the GPU's free
-    memory, asked only from :data:`sdtw._memory.QUERY_FROM` bytes on).  It recomputes the DP,
+    memory, asked only from :data:`sdtw.memory.QUERY_FROM` bytes on).  It recomputes the DP,
     so it is slower where both fit."""
     if opts.memory == "full":
         return False
@@ -196,18 +197,18 @@ def _checkpointed(x: torch.Tensor, y: torch.Tensor, opts: Options, name: str) ->
     B, N, M = x.shape[0], x.shape[1], y.shape[1]
     grad = torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)
     if name == "cpu":
-        free = _memory.available_bytes()
-        need = _memory.cpu_full_bytes(B, N, M, grad)
-        return free is not None and need > _memory.AUTO_FRACTION * free
+        free = memory_model.available_bytes()
+        need = memory_model.cpu_full_bytes(B, N, M, grad)
+        return free is not None and need > memory_model.AUTO_FRACTION * free
     # CUDA: with gradients (without, the fused forward stores nothing anyway), fused, on a GPU
     if not grad or opts.dist != "sqeuclidean" or opts.fused is False or x.device.type != "cuda":
         return False
     itemsize = 8 if x.dtype == torch.float64 else 4
-    need = _memory.cuda_full_bytes(B, N, M, x.shape[2], itemsize)
-    if need < _memory.QUERY_FROM:
+    need = memory_model.cuda_full_bytes(B, N, M, x.shape[2], itemsize)
+    if need < memory_model.QUERY_FROM:
         return False
     free, _ = torch.cuda.mem_get_info(x.device)
-    return need > _memory.AUTO_FRACTION * free
+    return need > memory_model.AUTO_FRACTION * free
 
 
 def _cpu_checkpoint_loss(

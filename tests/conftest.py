@@ -65,15 +65,16 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_benchmark_update_commit_info(config, commit_info):
-    """A saved pytest-benchmark run names the code's commit from ``SDTW_GIT_SHA`` (and
-    ``SDTW_GIT_DIRTY``) when set, as ``experiments.run`` does: a copy of the tree sent to another
-    machine may carry a stale ``.git`` (the GPU runner's did).  Give the saved file the same
-    name with ``--benchmark-save=$SDTW_GIT_SHA`` (its automatic name asks git again)."""
-    sha = os.environ.get("SDTW_GIT_SHA")
+    """A saved pytest-benchmark run names the code's commit from ``BENCH_GIT_SHA`` (and
+    ``BENCH_GIT_DIRTY``) when set, as ``experiments.provenance`` does: a copy of the tree sent
+    to another machine may carry a stale ``.git`` (the GPU runner's did).  Give the saved file
+    the same name with ``--benchmark-save=$BENCH_GIT_SHA`` (its automatic name asks git
+    again)."""
+    sha = os.environ.get("BENCH_GIT_SHA")
     if sha:
         commit_info["id"] = sha
-        commit_info["dirty"] = os.environ.get("SDTW_GIT_DIRTY", "") == "true"
-        commit_info["from"] = "SDTW_GIT_SHA"
+        commit_info["dirty"] = os.environ.get("BENCH_GIT_DIRTY", "") == "true"
+        commit_info["from"] = "BENCH_GIT_SHA"
         # (git's times there are the stale commit's)
         commit_info["time"] = commit_info["author_time"] = None
 

@@ -54,6 +54,7 @@ def test_alignment_band_lengths_and_backends_agree(rng):
 
 @requires_sim
 @pytest.mark.cudasim
+@pytest.mark.slow  # (simulator: nox -s slow)
 def test_alignment_on_the_cuda_kernels(rng):
     x, y = randn(rng, 2, 33, 2), randn(rng, 2, 20, 2)
     kw = dict(gamma=0.2, x_lengths=[33, 10], y_lengths=[20, 20])

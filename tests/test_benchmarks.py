@@ -57,21 +57,21 @@ def test_benchmark_forward_backward(benchmark, rng, impl, cfg):
     assert rel_err(loss[:2], ref) < 1e-4
 
 
-def test_saved_runs_name_the_commit_given_by_sdtw_git_sha(monkeypatch):
-    """``tests.conftest.pytest_benchmark_update_commit_info``: ``SDTW_GIT_SHA`` and
-    ``SDTW_GIT_DIRTY`` replace what git said (and its stale times); unset, git's stands."""
+def test_saved_runs_name_the_commit_given_by_bench_git_sha(monkeypatch):
+    """``tests.conftest.pytest_benchmark_update_commit_info``: ``BENCH_GIT_SHA`` and
+    ``BENCH_GIT_DIRTY`` replace what git said (and its stale times); unset, git's stands."""
     from tests.conftest import pytest_benchmark_update_commit_info as update
 
     git_said = {"id": "stale", "dirty": True, "time": "t", "author_time": "t", "branch": "main"}
     info = dict(git_said)
-    monkeypatch.delenv("SDTW_GIT_SHA", raising=False)
+    monkeypatch.delenv("BENCH_GIT_SHA", raising=False)
     update(None, info)
     assert info == git_said
-    monkeypatch.setenv("SDTW_GIT_SHA", "0123abc")
-    monkeypatch.setenv("SDTW_GIT_DIRTY", "false")
+    monkeypatch.setenv("BENCH_GIT_SHA", "0123abc")
+    monkeypatch.setenv("BENCH_GIT_DIRTY", "false")
     update(None, info)
     assert info["id"] == "0123abc" and info["dirty"] is False and info["branch"] == "main"
     assert info["time"] is None and info["author_time"] is None
-    monkeypatch.setenv("SDTW_GIT_DIRTY", "true")
+    monkeypatch.setenv("BENCH_GIT_DIRTY", "true")
     update(None, info)
     assert info["dirty"] is True

@@ -411,7 +411,8 @@ def test_library_graphs_off_the_gpu():
 
     x, y = torch.zeros(2, 5, 3), torch.zeros(2, 4, 3)
     for _ in range(4):
-        assert _graphs.call(x, y, (1.0, 0, 0, True, True, True), torch.float32, compute) is None
+        params = (1.0, 0, 0, True, True, True, False)
+        assert _graphs.call((x, y), params, (torch.float32,) * 2, compute) is None
     assert _graphs.graph_count() == 0 and not _graphs._seen
     with pytest.raises(TypeError, match="enabled must be a bool"):
         sdtw.cuda.set_graphs(1)

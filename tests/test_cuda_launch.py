@@ -151,9 +151,9 @@ def test_sim_no_grad_stores_nothing(monkeypatch, rng, fused):
     forward = _launch.forward
     counts = sdtw.cuda.launch_counts()
 
-    def spy(*args, store):
+    def spy(*args, store, **kw):
         stores.append(store)
-        return forward(*args, store=store)
+        return forward(*args, store=store, **kw)
 
     monkeypatch.setattr(_launch, "forward", spy)
     x = randn(rng, 1, 6, 2).requires_grad_()

@@ -103,6 +103,7 @@ def _check_mover_matches_one_warp(rng, device, dtype, shapes, gamma=0.1, sums_to
 
 @requires_sim
 @pytest.mark.cudasim
+@pytest.mark.slow  # (tens of seconds of simulator: nox -s slow)
 def test_sim_movers_match_one_warp(rng):
     """:func:`_check_mover_matches_one_warp` in the simulator, the forward's mover and both
     movers, at a shape with a one-row band (row groups past the band's last row), three
@@ -143,6 +144,7 @@ def _check_tiled_matches_park(rng, device, shapes):
 
 @requires_sim
 @pytest.mark.cudasim
+@pytest.mark.slow  # (tens of seconds of simulator: nox -s slow)
 def test_sim_tiled_matches_park(rng):
     """:func:`_check_tiled_matches_park` in the simulator: D with a tail pass (17, 40), a
     pass exactly (16), one feature; a one-row table; two bands, the second partial; M past
@@ -212,6 +214,7 @@ def _check_sweep_grads(monkeypatch, rng, device, cases):
 
 @requires_sim
 @pytest.mark.cudasim
+@pytest.mark.slow  # (tens of seconds of simulator: nox -s slow)
 def test_sim_sweep_grads_match_reference(monkeypatch, rng):
     """:func:`_check_sweep_grads` in the simulator (the gradient warp's twins compute each
     lane's outputs from the same tiles): N != M, lengths 1, one past the band and chunk size

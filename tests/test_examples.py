@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from examples import barycenter, forecasting
+from examples import alignment, barycenter, forecasting
 
 REPO = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -46,3 +46,21 @@ def test_examples_run_as_scripts(tmp_path):
     argv = ["--n-series", "3", "--length", "10", "--max-iter", "2", "--out", str(out)]
     subprocess.run([sys.executable, str(script), *argv], check=True, cwd=tmp_path)
     assert _is_png(out)
+
+
+@pytest.mark.parametrize("example", [alignment, barycenter, forecasting])
+def test_missing_matplotlib_stops_before_any_work(example, monkeypatch, capsys):
+    """Without matplotlib an example exits with status 2 at once, naming the install
+    command; nothing is computed (the soft-DTW calls are never reached)."""
+    import sdtw
+
+    def never(*args, **kwargs):
+        raise AssertionError("computed before checking what the figure needs")
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # (an import of it now fails)
+    monkeypatch.setattr(sdtw, "softdtw_barycenter", never)
+    monkeypatch.setattr(sdtw, "SoftDTW", never)
+    monkeypatch.setattr(sdtw, "alignment", never)
+    assert example.main(["--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "matplotlib" in err and "pip install matplotlib" in err and ".[examples]" in err

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments import barycenter, run
+from experiments import barycenter, measure, run, runner, summary, timing
+from experiments import results_csv as rcsv
 from experiments.impls import FORWARD, FORWARD_BACKWARD, IMPLS, Impl
 from experiments.sweeps import SWEEPS, Config, Sweep
 from tests.conftest import requires_gpu
@@ -29,6 +30,11 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def _installed(names: tuple[str, ...]) -> list[str]:
+    """``names`` without the optional peers that are not installed here."""
+    return [n for n in names if IMPLS[n].unavailable is None or IMPLS[n].unavailable() is None]
+
+
 @pytest.fixture(scope="module")
 def cpu_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cpu")
@@ -38,16 +44,19 @@ def cpu_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_cpu_sweep_writes_well_formed_csv(cpu_csv: Path) -> None:
     with cpu_csv.open(newline="") as f:
-        assert next(csv.reader(f)) == run.COLUMNS
+        assert next(csv.reader(f)) == rcsv.COLUMNS
     rows = _rows(cpu_csv)
     sweep = SWEEPS["cpu"]
     configs = sweep.grid("cpu", True)
-    assert len(rows) == len(configs) * len(sweep.impls) * len(sweep.modes)
-    keys = {run._key(r) for r in rows}
+    assert len(rows) == len(configs) * len(_installed(sweep.impls)) * len(sweep.modes)
+    keys = {rcsv.key(r) for r in rows}
     assert len(keys) == len(rows)
     for r in rows:
+        if r["impl"] == "aeon":  # the value only, and its absolute value
+            assert r["status"] == ("ok" if r["mode"] == FORWARD else "unsupported"), r
+            continue
         assert r["status"] == "ok", r
-        assert r["metric"] == run.METRIC
+        assert r["metric"] == rcsv.METRIC
         assert all(r[c] for c in ("median", "p20", "p80", "repeats"))  # present, values unchecked
         assert r["peak_mem_bytes"] == "" and r["launches"] == ""  # CPU: not measured
         assert int(r["predicted_mem_bytes"]) > 0
@@ -70,9 +79,9 @@ def test_cpu_sweep_records_provenance(cpu_csv: Path) -> None:
 
 
 def test_summary_names_every_impl(cpu_csv: Path) -> None:
-    text = run.summarize(cpu_csv)
+    text = summary.summarize(cpu_csv)
     assert "median ms" in text
-    for name in SWEEPS["cpu"].impls:
+    for name in _installed(SWEEPS["cpu"].impls):
         assert name in text
 
 
@@ -124,7 +133,7 @@ def test_resume_skips_rows_already_present(tmp_path: Path) -> None:
     path.write_text("".join(lines[:-2]))
     assert run.main([*argv, "--resume"]) == 0
     resumed = _rows(path)
-    assert [run._key(r) for r in resumed] == [run._key(r) for r in full]
+    assert [rcsv.key(r) for r in resumed] == [rcsv.key(r) for r in full]
     assert resumed[:-2] == full[:-2]  # untouched
     # Nothing left to do: the file is not touched.
     before = path.read_bytes()
@@ -166,7 +175,7 @@ def test_memory_model_skips_impossible_configs(tmp_path: Path) -> None:
     sweep = Sweep(
         "huge", "too big for any machine", "cpu", ("sdtw-cpu", "torch"), lambda d, q: [huge]
     )
-    path, complete = run.run_sweep(sweep, ["sdtw-cpu", "torch"], tmp_path, repeats=1)
+    path, complete = runner.run_sweep(sweep, ["sdtw-cpu", "torch"], tmp_path, repeats=1)
     rows = _rows(path)
     assert complete and len(rows) == 4
     assert {r["status"] for r in rows} == {"skipped-memory"}
@@ -180,41 +189,43 @@ def test_back_to_back_rows(tmp_path: Path) -> None:
     skipped point gets none; resume counts the pair as one measurement."""
     tiny = [Config(B=2, N=5, M=7, D=3), Config(B=4096, N=10**6, M=10**6, D=64)]
     sweep = Sweep("b2b", "back to back", "cpu", ("torch",), lambda d, q: tiny, back_to_back=True)
-    path, complete = run.run_sweep(sweep, ["torch"], tmp_path, repeats=3, budget_s=0.01)
+    path, complete = runner.run_sweep(sweep, ["torch"], tmp_path, repeats=3, budget_s=0.01)
     rows = _rows(path)
     assert complete and len(rows) == 2 * 2 + 2  # two modes; the huge point skipped
     ok = [r for r in rows if r["status"] == "ok"]
-    assert [r["metric"] for r in ok] == [run.METRIC, run.BACK_TO_BACK] * 2
+    assert [r["metric"] for r in ok] == [rcsv.METRIC, rcsv.BACK_TO_BACK] * 2
     for synced, b2b in zip(ok[::2], ok[1::2], strict=True):
         assert b2b["mode"] == synced["mode"] and b2b["repeats"] == synced["repeats"]
         assert float(b2b["median"]) > 0 and b2b["p20"] == b2b["p80"] == ""
         assert b2b["rel_err_value"] == synced["rel_err_value"] != ""
-    assert {r["metric"] for r in rows if r["status"] == "skipped-memory"} == {run.METRIC}
-    path, complete = run.run_sweep(sweep, ["torch"], tmp_path, repeats=3, resume=True)
+    assert {r["metric"] for r in rows if r["status"] == "skipped-memory"} == {rcsv.METRIC}
+    path, complete = runner.run_sweep(sweep, ["torch"], tmp_path, repeats=3, resume=True)
     assert complete and len(_rows(path)) == len(rows)
 
 
 def test_gates_length_limit_and_slow_oracle() -> None:
     cfg = Config(B=2, N=2048, M=2048, D=1)
-    status, note, _ = run.gate(IMPLS["maghoumi"], cfg, FORWARD_BACKWARD, "cuda")
+    status, note, _ = measure.gate(IMPLS["maghoumi"], cfg, FORWARD_BACKWARD, "cuda")
     assert status == "unsupported" and "1024" in note
-    status, _, _ = run.gate(IMPLS["reference"], cfg, FORWARD, "cpu")
+    status, _, _ = measure.gate(IMPLS["reference"], cfg, FORWARD, "cpu")
     assert status == "skipped-slow"
 
 
 def test_failures_become_statuses() -> None:
-    assert run.classify(torch.cuda.OutOfMemoryError("CUDA out of memory")) == "oom"
-    assert run.classify(RuntimeError("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")) == "launch-failed"
-    assert run.classify(ValueError("max(N, M) = 2048 exceeds")) == "unsupported"
-    assert run.classify(ZeroDivisionError()) == "error"
+    assert measure.classify(torch.cuda.OutOfMemoryError("CUDA out of memory")) == "oom"
+    assert measure.classify(RuntimeError("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")) == "launch-failed"
+    assert measure.classify(ValueError("max(N, M) = 2048 exceeds")) == "unsupported"
+    assert measure.classify(ZeroDivisionError()) == "error"
 
     def broken(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
         raise ValueError("length 13 exceeds this design's limit")
 
     impl = Impl("broken", broken, "any", IMPLS["torch"].peak_bytes)
     cfg = Config(B=2, N=13, M=13, D=2)
-    x, y = run.make_inputs(cfg, "cpu")
-    (row,) = run.measure_group([impl], cfg, FORWARD, x, y, "cpu", lambda: run.Oracle(""), 2, 0.01)
+    x, y = timing.make_inputs(cfg, "cpu")
+    (row,) = measure.measure_group(
+        [impl], cfg, FORWARD, x, y, "cpu", lambda: measure.Oracle(""), 2, 0.01
+    )
     assert row["status"] == "unsupported" and "limit" in row["note"]
 
 
@@ -237,10 +248,10 @@ def test_group_times_its_implementations_in_turn() -> None:
         return Impl(name, loss, "any", IMPLS["torch"].peak_bytes)
 
     cfg = Config(B=2, N=6, M=5, D=2)
-    x, y = run.make_inputs(cfg, "cpu")
-    oracle = run.compute_oracle(x, y, cfg.gamma, "cpu")
+    x, y = timing.make_inputs(cfg, "cpu")
+    oracle = measure.compute_oracle(x, y, cfg.gamma, "cpu")
     group = [fake("a"), fake("slow", sleep=0.08), fake("b", fail_at=4)]
-    rows = run.measure_group(group, cfg, FORWARD, x, y, "cpu", lambda: oracle, 5, 0.2)
+    rows = measure.measure_group(group, cfg, FORWARD, x, y, "cpu", lambda: oracle, 5, 0.2)
     # warm-up + instrumented step each, then rounds: "slow" gets 3 steps (its step takes
     # ~80 ms of a 0.2 s budget), "b" fails at its second timed step
     assert calls[:6] == ["a", "a", "slow", "slow", "b", "b"]
@@ -252,7 +263,7 @@ def test_group_times_its_implementations_in_turn() -> None:
 
 
 def test_graph_replays_are_timed_in_turn_among_themselves(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_run_config`` times the eager implementations of a mode in turn among themselves and
+    """``run_config`` times the eager implementations of a mode in turn among themselves and
     the whole-step graph replays in a group of their own after them, each group in the
     sweep's order, and writes every implementation's row."""
     groups: list[list[str]] = []
@@ -261,17 +272,13 @@ def test_graph_replays_are_timed_in_turn_among_themselves(monkeypatch: pytest.Mo
         groups.append([impl.name for impl in impls])
         return [{"median": float(len(groups))} for _ in impls]
 
-    monkeypatch.setattr(run, "measure_group", recorder)
+    monkeypatch.setattr(runner, "measure_group", recorder)
     fake = {
         name: dataclasses.replace(IMPLS["torch"], name=name, graphed=graphed)
         for name, graphed in (("e1", False), ("g1", True), ("e2", False), ("g2", True))
     }
-    monkeypatch.setattr(run, "IMPLS", {**run.IMPLS, **fake})
+    monkeypatch.setattr(runner, "IMPLS", {**runner.IMPLS, **fake})
     written: list[dict] = []
-
-    class Writer:
-        def write(self, row: dict) -> None:
-            written.append(row)
 
     class Bar:
         def update(self) -> None: ...
@@ -279,12 +286,21 @@ def test_graph_replays_are_timed_in_turn_among_themselves(monkeypatch: pytest.Mo
         def set_postfix_str(self, *args, **kwargs) -> None: ...
 
     points = [(name, FORWARD) for name in ("g1", "e1", "g2", "e2")]
-    done = run._run_config(
-        SWEEPS["cpu"], Config(B=2, N=6, M=5, D=2), points, "cpu", Writer(), Bar(), 3, 0.1, 1, None
+    done = runner.run_config(
+        SWEEPS["cpu"],
+        Config(B=2, N=6, M=5, D=2),
+        points,
+        "cpu",
+        written.extend,
+        Bar(),
+        3,
+        0.1,
+        1,
+        None,
     )
     assert done and groups == [["e1", "e2"], ["g1", "g2"]]
     assert {r["impl"]: r["median"] for r in written} == {"e1": 1.0, "e2": 1.0, "g1": 2.0, "g2": 2.0}
-    assert run._turn_groups(["g1", "g2"]) == [["g1", "g2"]] and run._turn_groups([]) == []
+    assert runner.turn_groups(["g1", "g2"]) == [["g1", "g2"]] and runner.turn_groups([]) == []
 
 
 def test_graphed_impls_need_a_real_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -330,13 +346,13 @@ def test_gpu_graphed_step_rows() -> None:
     """``_graph_step`` through ``measure_group``: ok rows whose outputs (from a replay) match the
     float64 reference, with the kernels captured in the graph counted once."""
     cfg = Config(B=3, N=40, M=33, D=4)
-    x, y = run.make_inputs(cfg, "cuda")
-    oracle = run.compute_oracle(x, y, cfg.gamma, "cuda")
+    x, y = timing.make_inputs(cfg, "cuda")
+    oracle = measure.compute_oracle(x, y, cfg.gamma, "cuda")
     launches = {("fused", FORWARD): 1, ("unfused", FORWARD): 2}
     for path in ("fused", "unfused"):
         for mode in (FORWARD, FORWARD_BACKWARD):
             impl = IMPLS[f"sdtw-{path}-graph"]
-            (row,) = run.measure_group([impl], cfg, mode, x, y, "cuda", lambda: oracle, 3, 0.1)
+            (row,) = measure.measure_group([impl], cfg, mode, x, y, "cuda", lambda: oracle, 3, 0.1)
             assert row["status"] == "ok", row
             assert row["launches"] == launches.get((path, mode), 3)
             errs = [row["rel_err_value"]]
@@ -350,10 +366,10 @@ def test_launches_are_counted_under_the_simulator(tmp_path: Path) -> None:
     # The CUDA baselines in Numba's simulator (CPU tensors), one tiny config, in a fresh process
     # (the simulator must be on before numba is imported).
     script = (
-        "import sys; from pathlib import Path; from experiments import run; "
+        "import sys; from pathlib import Path; from experiments import runner; "
         "from experiments.sweeps import Config, Sweep; "
         "s = Sweep('sim', '', 'cpu', (), lambda d, q: [Config(2, 5, 4, 3)]); "
-        "run.run_sweep(s, ['paper-fused', 'maghoumi-bmm'], Path(sys.argv[1]), repeats=1)"
+        "runner.run_sweep(s, ['paper-fused', 'maghoumi-bmm'], Path(sys.argv[1]), repeats=1)"
     )
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, check=True, cwd=REPO)
@@ -376,15 +392,15 @@ def test_barycenter_sweep_writes_well_formed_rows(tmp_path: Path) -> None:
     # The GPU sweep's quick grid on the CPU, with the implementations that run there.
     sweep = dataclasses.replace(SWEEPS["barycenter"], device="cpu")
     impls = ["sdtw-cpu", "torch"]  # ours through the library, a baseline through the loop
-    path, complete = run.run_sweep(sweep, impls, tmp_path, repeats=2, budget_s=0.01, quick=True)
+    path, complete = runner.run_sweep(sweep, impls, tmp_path, repeats=2, budget_s=0.01, quick=True)
     assert complete
     with path.open(newline="") as f:
-        assert next(csv.reader(f)) == run.COLUMNS
+        assert next(csv.reader(f)) == rcsv.COLUMNS
     rows = _rows(path)
     configs = sweep.grid("cpu", True)
     per_point = sum(len(barycenter.METRICS[mode]) for mode in sweep.modes)
     assert len(rows) == len(configs) * len(impls) * per_point
-    assert len({(run._key(r), r["metric"]) for r in rows}) == len(rows)
+    assert len({(rcsv.key(r), r["metric"]) for r in rows}) == len(rows)
     value = {(r["impl"], r["mode"], r["metric"]): float(r["median"]) for r in rows}
     for r in rows:
         assert r["status"] == "ok", r
@@ -401,7 +417,7 @@ def test_barycenter_sweep_writes_well_formed_rows(tmp_path: Path) -> None:
     # One algorithm on the same data: the objectives agree across implementations.
     objectives = [value[impl, barycenter.NO_EARLY_STOP, "objective"] for impl in impls]
     assert objectives[1] == pytest.approx(objectives[0], rel=1e-4)
-    assert "ms_per_iter" in run.summarize(path)
+    assert "ms_per_iter" in summary.summarize(path)
 
 
 def test_barycenter_failure_becomes_a_status_row() -> None:
@@ -410,9 +426,9 @@ def test_barycenter_failure_becomes_a_status_row() -> None:
 
     impl = Impl("broken", broken, "any", IMPLS["torch"].peak_bytes)
     cfg = SWEEPS["barycenter"].grid("cpu", True)[0]
-    X = run.barycenter_inputs(cfg, "cpu")
+    X = measure.barycenter_inputs(cfg, "cpu")
     for mode in barycenter.MODES:
-        (row,) = run.measure_barycenter(impl, cfg, mode, X, "cpu", 2, 0.01, 3)
+        (row,) = measure.measure_barycenter(impl, cfg, mode, X, "cpu", 2, 0.01, 3)
         assert row["status"] == "unsupported" and "limit" in row["note"]
         assert row["metric"] == barycenter.METRICS[mode][0]
 
@@ -430,11 +446,11 @@ def test_barycenter_solve_is_warmed_up_by_a_short_solve() -> None:
 
     impl = dataclasses.replace(torch_impl, name="rec", barycenter=recording)
     cfg = SWEEPS["barycenter"].grid("cpu", True)[0]
-    X = run.barycenter_inputs(cfg, "cpu")
+    X = measure.barycenter_inputs(cfg, "cpu")
     for mode, early in ((barycenter.EARLY_STOP, True), (barycenter.NO_EARLY_STOP, False)):
         calls.clear()
-        rows = run.measure_barycenter(impl, cfg, mode, X, "cpu", 2, 0.01, 7)
-        assert calls == [(run._SOLVE_WARMUP, early), (7, early)]
+        rows = measure.measure_barycenter(impl, cfg, mode, X, "cpu", 2, 0.01, 7)
+        assert calls == [(measure.SOLVE_WARMUP, early), (7, early)]
         assert {r["metric"]: r["median"] for r in rows}["iterations"] == 2
         assert all(r["status"] == "ok" for r in rows)
 
@@ -482,13 +498,40 @@ def test_optional_peers_agree_with_the_reference_or_say_why_not() -> None:
         torch.testing.assert_close(g, g_ref, rtol=1e-4, atol=1e-6)
 
 
+def test_aeon_peer_gives_the_absolute_value_and_no_gradient() -> None:
+    """aeon's soft-DTW, when installed: the reference's value where it is positive, its
+    absolute value where not (aeon returns ``abs``), and a ``ValueError`` (status
+    ``unsupported``) for inputs that need a gradient; not installed, the reason says how to
+    install it."""
+    impl = IMPLS["aeon"]
+    reason = impl.unavailable()
+    if reason is not None:
+        assert "aeon" in reason and "pip install" in reason
+        pytest.skip(reason)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 7, 2, dtype=torch.float64, generator=gen)
+    y = torch.randn(3, 5, 2, dtype=torch.float64, generator=gen)
+    x[2], y[2] = 1e-2 * x[2], 1e-2 * y[2]
+    ref = IMPLS["reference"].loss(x, y, 1.0)
+    assert (ref[:2] > 0).all() and ref[2] < 0  # the close pair: soft-DTW below zero
+    torch.testing.assert_close(impl.loss(x, y, 1.0), ref.abs(), rtol=1e-9, atol=1e-12)
+    status = measure.classify(_raised(impl.loss, x.requires_grad_(), y, 1.0))
+    assert status == "unsupported"
+
+
+def _raised(fn, *args) -> BaseException:
+    with pytest.raises(Exception) as exc:
+        fn(*args)
+    return exc.value
+
+
 def test_unavailable_peer_is_left_out_with_a_note() -> None:
     peer = dataclasses.replace(IMPLS["tslearn"], unavailable=lambda: "not installed here")
     sweep = SWEEPS["cpu"]
     saved = IMPLS["tslearn"]
     IMPLS["tslearn"] = peer
     try:
-        chosen, notes = run._choose_impls(sweep, None, "cpu")
+        chosen, notes = run.choose_impls(sweep, None, "cpu")
     finally:
         IMPLS["tslearn"] = saved
     assert "tslearn" not in chosen
@@ -599,7 +642,7 @@ def test_merge_replaces_matching_rows_and_keeps_the_rest(tmp_path: Path) -> None
     for r in fresh:  # mark them, to see which rows came from where
         r["note"] = "fresh"
     with (new / "cpu.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=run.COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=rcsv.COLUMNS)
         writer.writeheader()
         writer.writerows(fresh)
     # Only sdtw-cpu's rows of the new run: those replace theirs, in place.
@@ -608,7 +651,7 @@ def test_merge_replaces_matching_rows_and_keeps_the_rest(tmp_path: Path) -> None
         0,
     )
     after = _rows(old / "cpu.csv")
-    assert [run._key(r) for r in after] == [run._key(r) for r in before]
+    assert [rcsv.key(r) for r in after] == [rcsv.key(r) for r in before]
     for b, a in zip(before, after, strict=True):
         replaced = b["impl"] == "sdtw-cpu" and b["D"] == "3"
         assert (a["note"] == "fresh") == replaced
@@ -617,7 +660,7 @@ def test_merge_replaces_matching_rows_and_keeps_the_rest(tmp_path: Path) -> None
     # A row the old file lacks is added at the end; CRLF lines as experiments.run writes.
     extra = dict(fresh[0], B="999")
     with (new / "cpu.csv").open("a", newline="") as f:
-        csv.DictWriter(f, fieldnames=run.COLUMNS).writerow(extra)
+        csv.DictWriter(f, fieldnames=rcsv.COLUMNS).writerow(extra)
     assert merge.merge(new / "cpu.csv", old / "cpu.csv", modes=[extra["mode"]])[1] == 1
     assert _rows(old / "cpu.csv")[-1]["B"] == "999"
     assert (old / "cpu.csv").read_bytes().count(b"\r\n") == len(after) + 2

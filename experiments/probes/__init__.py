@@ -86,11 +86,11 @@ def train_step(x: torch.Tensor, y: torch.Tensor, fused: bool) -> Callable[[], No
 
 def median_ms(fn: Callable[[], object], n: int = 10) -> float:
     """Median of ``n`` CUDA-event timings of ``fn`` (each synchronised first) after one
-    warm-up call: the harness's timer (:func:`experiments.run._time_ms`)."""
-    from experiments.run import _time_ms
+    warm-up call: the harness's timer (:func:`experiments.timing.time_ms`)."""
+    from experiments.timing import time_ms
 
     fn()
-    return statistics.median(_time_ms(fn, "cuda") for _ in range(n))
+    return statistics.median(time_ms(fn, "cuda") for _ in range(n))
 
 
 def kernel_name(key: str, width: int = 80) -> str:

@@ -4,7 +4,7 @@ The rule (:func:`sdtw.cuda.policy.tc_grads`) sends the float32 gradients wrt x a
 to the Triton tensor-core kernel from ``N M = 512^2`` cells on and to cuBLAS's float32 form
 below; yet at B = 32, N = 128, D = 64 the one-launch Triton kernel alone measured 13.3 us
 against 20.3 for cuBLAS.  This probe times whole training steps both ways: fused and unfused
-steps captured in CUDA graphs (the harness's :func:`experiments.run._graph_step`), one with
+steps captured in CUDA graphs (the harness's :func:`experiments.timing.graph_step`), one with
 ``overrides(tc_grads=True)`` and one with ``overrides(tc_grads=False)`` (both with
 ``sweep_grads=False``: the gradients from E at every D), replayed in turn ``--reps`` times in
 one process (the first 5 of each dropped), at B = 32, N = M in 128, 256, 512 and D in
@@ -36,14 +36,14 @@ def graph_steps(x: torch.Tensor, y: torch.Tensor, fused: bool) -> dict:
     """{tc: whole-step graph} for the Triton kernel (True) and cuBLAS (False), each warmed up
     and captured under its overrides (the kernel choice is made at capture)."""
     from experiments.impls import FORWARD_BACKWARD, IMPLS
-    from experiments.run import _graph_step
+    from experiments.timing import graph_step
     from sdtw.cuda.config import overrides
 
     impl = IMPLS["sdtw-fused-graph" if fused else "sdtw-unfused-graph"]
     steps = {}
     for tc in (True, False):
         with overrides(tc_grads=tc, sweep_grads=False):
-            steps[tc] = _graph_step(impl, x, y, 1.0, FORWARD_BACKWARD)
+            steps[tc] = graph_step(impl, x, y, 1.0, FORWARD_BACKWARD)
             steps[tc]()  # warm-up
             steps[tc]()  # capture, and a replay
     return steps
@@ -51,12 +51,12 @@ def graph_steps(x: torch.Tensor, y: torch.Tensor, fused: bool) -> dict:
 
 def alternated_us(steps: dict, reps: int, drop: int = 5) -> dict:
     """{tc: median us of the timed replays}, the two graphs timed in turn."""
-    from experiments.run import _time_ms
+    from experiments.timing import time_ms
 
     times: dict = {tc: [] for tc in steps}
     for rep in range(reps):
         for tc, step in steps.items():
-            ms = _time_ms(step, "cuda")
+            ms = time_ms(step, "cuda")
             if rep >= drop:
                 times[tc].append(1e3 * ms)
     return {tc: statistics.median(t) for tc, t in times.items()}
