@@ -203,7 +203,8 @@ def part_compile(w: Writer, device: str, quick: bool) -> None:
         ("eager-bf16-autocast", make(net, True)),
     ):
         loss = step()
-        grads[name] = (float(loss.detach()), torch.cat([p.grad.flatten() for p in net.parameters()]))
+        flat = torch.cat([p.grad.flatten() for p in net.parameters()])
+        grads[name] = (float(loss.detach()), flat)
         ms, mib = timed(step, device)
         w.row("compile", name, B, N, N, D, "ms", f"{ms:.3f}", f"peak {mib:.1f} MiB")
     l0, g0 = grads["eager"]
