@@ -159,8 +159,9 @@ def part_memory(w: Writer, device: str, quick: bool) -> None:
             v.sum().backward()
             vals[mode] = (v.detach().double().cpu(), xr.grad.double().cpu())
             del xr, v
-            reps = 5 if N <= 4096 else 2
-            ms, mib = timed(_loss_step(x, y, memory=mode), device, reps=reps, warm=1)
+            # (the long ones: the correctness step above was the warm-up; one timed step)
+            reps, warm = (5, 1) if N <= 4096 else (1, 0)
+            ms, mib = timed(_loss_step(x, y, memory=mode), device, reps=reps, warm=warm)
             times[mode] = ms
             w.row("memory", mode, B, N, N, D, "ms", f"{ms:.3f}", f"peak {mib:.1f} MiB")
             w.row("memory", mode, B, N, N, D, "peak_MiB", f"{mib:.1f}")
