@@ -136,6 +136,27 @@ def _forward_kernel(
 # pushes E[s] P_s(p) to each of its predecessors p in the grid.  One softmax per cell, no
 # scratch.  Unreachable cells (R = +inf) have E = 0 and push nothing; if m_s were +inf, s is
 # unreachable too, so no inf - inf is ever formed.
+@njit(cache=True, nogil=True, inline="always")
+def _push(E: np.ndarray, R: np.ndarray, er: int, rr: int, i: int, j: int, e: float, ig: float):
+    """Cell (i, j), whose E is ``e`` (final), pushes ``e P_s(p)`` to its predecessors: E's row
+    of cell row i is ``er`` (the row above ``er - 1``), R's row of cell row i - 1 is ``rr``
+    (padded: cell (i, j)'s own value at ``R[rr + 1, j + 1]``)."""
+    r_diag = R[rr, j]
+    r_up = R[rr, j + 1]
+    r_left = R[rr + 1, j]
+    m = min(r_diag, r_up, r_left)
+    w_diag = math.exp((m - r_diag) * ig)
+    w_up = math.exp((m - r_up) * ig)
+    w_left = math.exp((m - r_left) * ig)
+    scale = e / (w_diag + w_up + w_left)
+    if i > 0 and j > 0:
+        E[er - 1, j - 1] += scale * w_diag
+    if i > 0:
+        E[er - 1, j] += scale * w_up
+    if j > 0:
+        E[er, j - 1] += scale * w_left
+
+
 def _backward_kernel(
     R: np.ndarray,
     gamma: float,
@@ -162,20 +183,7 @@ def _backward_kernel(
                 if Rb[i + 1, j + 1] == math.inf:
                     Eb[i, j] = 0.0
                     continue
-                r_diag = Rb[i, j]
-                r_up = Rb[i, j + 1]
-                r_left = Rb[i + 1, j]
-                m = min(r_diag, r_up, r_left)
-                w_diag = math.exp((m - r_diag) * ig)
-                w_up = math.exp((m - r_up) * ig)
-                w_left = math.exp((m - r_left) * ig)
-                scale = e / (w_diag + w_up + w_left)
-                if i > 0 and j > 0:
-                    Eb[i - 1, j - 1] += scale * w_diag
-                if i > 0:
-                    Eb[i - 1, j] += scale * w_up
-                if j > 0:
-                    Eb[i, j - 1] += scale * w_left
+                _push(Eb, Rb, i, i, i, j, e, ig)
 
 
 # Each kernel is compiled twice: parallel over the batch, and serial for small problems.  On a

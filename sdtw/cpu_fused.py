@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from sdtw.cpu import _run, _serial, _softmin3
+from sdtw.cpu import _push, _run, _serial, _softmin3
 
 __all__ = ["DIST_CODES", "CPUFusedSoftDTW", "fused_backward", "fused_forward", "segment_rows"]
 
@@ -139,18 +139,7 @@ def _backward_kernel(X, Y, kind, gamma, ns, ms, los, his, K, ck, gout, GX, GY) -
                     if Rs[li, j + 1] == math.inf:
                         Es[li, j] = 0.0
                         continue
-                    r_diag, r_up, r_left = Rs[li - 1, j], Rs[li - 1, j + 1], Rs[li, j]
-                    mn = min(r_diag, r_up, r_left)
-                    w_diag = math.exp((mn - r_diag) * ig)
-                    w_up = math.exp((mn - r_up) * ig)
-                    w_left = math.exp((mn - r_left) * ig)
-                    scale = e / (w_diag + w_up + w_left)
-                    if i > 0 and j > 0:
-                        Es[li - 1, j - 1] += scale * w_diag
-                    if i > 0:
-                        Es[li - 1, j] += scale * w_up
-                    if j > 0:
-                        Es[li, j - 1] += scale * w_left
+                    _push(Es, Rs, li, li - 1, i, j, e, ig)
                     _grad(X, Y, b, i, j, kind, e, GX, GY)
             carry[:] = Es[0, :]
 

@@ -89,20 +89,30 @@ def test_segment_rows():
 
 
 _PEAK = """
-import json, resource, sys, torch, sdtw
+import gc, json, sys, torch, sdtw
 from sdtw import cpu_fused
 from sdtw import memory as memory_model
 torch.set_num_threads(1)
 import numba; numba.set_num_threads(1)
 memory, N, M = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
 def step(n, m):
     x = torch.randn(1, n, 2, dtype=torch.float64, requires_grad=True)
     y = torch.randn(1, m, 2, dtype=torch.float64)
     sdtw.softdtw(x, y, memory=memory, backend="cpu").sum().backward()
 step(40, 30)  # (compiled, the pools warm)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+gc.collect()
+try:  # the high-water mark of compilation would hide the step's own peak: reset it
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+except OSError:
+    print(json.dumps(None)); sys.exit()
+before = status("VmRSS:")
 step(N, M)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+after = status("VmHWM:")
 K = cpu_fused.segment_rows(N, M)
 print(json.dumps({"measured": after - before, "full": memory_model.cpu_full_bytes(1, N, M, True),
                   "checkpoint": memory_model.cpu_checkpoint_bytes(1, N, M, K, 1, True)}))
@@ -124,10 +134,10 @@ def test_cpu_peak_memory_follows_the_model():
             timeout=600,
         )
         got[memory] = json.loads(out.stdout.strip().splitlines()[-1])
+        if got[memory] is None:
+            pytest.skip("the peak resident memory cannot be reset here (/proc/self/clear_refs)")
     full, ckpt = got["full"], got["checkpoint"]
-    # (the full mode's pages may be reused between its forward and backward buffers: its
-    # measured peak lies between one and two of its (B, N, M) float64 buffers, less under load)
-    assert 0.25 * full["full"] <= full["measured"] <= 1.3 * full["full"], got
+    assert 0.75 * full["full"] <= full["measured"] <= 1.3 * full["full"], got
     assert ckpt["measured"] <= ckpt["checkpoint"] + 8 * 2**20, got
     assert ckpt["measured"] < full["measured"] / 3, got
 
