@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU call: the GPU tests, compute-sanitizer (memcheck, racecheck, synccheck) on small
 # cases, probes, then benchmark sweeps.
-# Usage: bash experiments/gpu_run.sh OUTDIR [SWEEP ...]   (default sweeps: targets paper-grid gamma)
+# Usage: bash experiments/gpu_run.sh OUTDIR [SWEEP ...]   (default sweeps: targets paper-grid gamma;
+# the padded-batch and memory-mode sweeps: lengths memory)
 # Writes OUTDIR/<sweep>.csv and OUTDIR/gpu-run.tar.gz, which holds those and tests.log,
 # sanitizer.log, probe.txt (experiments.probes.first_call: a process's first steps and the
 # kernel cache; experiments.probes.memory: a step's peak memory, forward and backward;

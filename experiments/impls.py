@@ -12,6 +12,10 @@ name               what                                                         
 ``sdtw-unfused-nograph``  ``sdtw-unfused``, likewise                              cuda
 ``sdtw-fused-graph``    ``sdtw-fused``, the step captured in a CUDA graph        cuda
 ``sdtw-unfused-graph``  ``sdtw-unfused``, likewise                              cuda
+``sdtw-fused-full``  ``sdtw-fused`` with ``memory="full"`` (every weight kept)    cuda
+``sdtw-fused-checkpoint``  ``sdtw-fused`` with ``memory="checkpoint"`` (recomputed)  cuda
+``sdtw-fused-lengths``  ``sdtw-fused`` on a padded batch: per-pair lengths        cuda
+``sdtw-unfused-lengths``  ``sdtw-unfused``, likewise                              cuda
 ``sdtw-cpu``       ours, ``softdtw(backend="cpu")`` (Numba CPU, float64 DP)     any
 ``paper-unfused``  :mod:`baselines.paper`, one launch per anti-diagonal         cuda
 ``paper-fused``    same, distances recomputed in the kernels                    cuda
@@ -29,6 +33,12 @@ the same shapes replays a CUDA graph the library captured of its own GPU work
 (:func:`sdtw.cuda.set_graphs`; from the harness's first timed step on, its warm-up and
 instrumented steps being the two eager calls before the capture).  The ``-nograph`` rows turn
 that off, so every call launches its kernels eagerly.
+
+The ``-lengths`` rows take the same (B, N, D) and (B, M, D) tensors as a padded batch: pair b
+is ``x[b, :x_lengths[b]]`` against ``y[b, :y_lengths[b]]``, the lengths drawn once per shape,
+uniform in [ceil(N / 4), N] and [ceil(M / 4), M] (:func:`padded_lengths`, a fixed seed), and
+passed as CPU tensors, as a data loader hands them over; their float64 reference takes the same
+lengths.  Beside the full-length rows of the same inputs they show what padding costs.
 
 The ``-graph`` rows time the same loss as a training loop with static shapes runs it: the
 whole step (loss, ``sum``, backward) captured once by ``torch.cuda.graph`` and replayed after
@@ -66,6 +76,7 @@ design (``s`` = bytes per element of ``dtype``, per cell of the (N, M) table of 
 impl              forward + backward             where from
 ================  =============================  =======================================
 sdtw-fused        ``2 s'`` + 1/4                 weights P, boundary rows (sdtw.cuda)
+``-checkpoint``   ``3/4``                        8-byte boundary rows and column checkpoints
 sdtw-unfused      ``3 s + 2 s' + 1`` + 1/2       + cost, its saved matmul input, grad
 paper-unfused     ``8 s + 1``                    R, clone, log E, E, E * g, cost + grad
 paper-fused       ``5 s``                        R, clone, log E, E, E * g
@@ -107,6 +118,7 @@ __all__ = [
     "MODES",
     "Impl",
     "baselines_error",
+    "padded_lengths",
     "simulator",
 ]
 
@@ -155,6 +167,10 @@ class Impl:
     graphed : bool
         Timed as a CUDA-graph replay of the whole step (:func:`experiments.timing.graph_step`);
         needs a real GPU.
+    lengths : callable or None
+        ``lengths(B, N, M) -> (x_lengths, y_lengths)``: the per-pair lengths this
+        implementation's loss takes its inputs as a padded batch with (its reference uses them
+        too); ``None``: every pair at full length.
     """
 
     name: str
@@ -169,6 +185,7 @@ class Impl:
     barycenter: BarycenterFn | None = None
     unavailable: Callable[[], str | None] | None = None
     graphed: bool = False
+    lengths: Callable[[int, int, int], tuple[list[int], list[int]]] | None = None
 
     def solve_barycenter(
         self, X: torch.Tensor, gamma: float, max_iter: int, early_stopping: bool
@@ -258,6 +275,16 @@ def _maghoumi(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> 
     return 4 * s * D * B * N * M + 6 * s * cells + _io(B, N, M, D, s)
 
 
+def _sdtw_checkpoint(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> int:
+    from sdtw import memory
+
+    s = _itemsize(dtype)
+    store = 8 if s == 8 else 4
+    if mode == FORWARD:  # the forward keeps only its boundary rows
+        return B * _boundary_rows(N, M) + _io(B, N, M, D, s)
+    return memory.cuda_checkpoint_bytes(B, N, M, D, store) + _io(B, N, M, D, s)
+
+
 def _sdtw_cpu(B: int, N: int, M: int, D: int, dtype: torch.dtype, mode: str) -> int:
     per_cell = 16 if mode == FORWARD else 40  # float64 cost (+ temporary), R, E, gradient
     return per_cell * B * (N + 2) * (M + 2) + _io(B, N, M, D, 8)
@@ -279,13 +306,38 @@ def _sdtw_launches() -> int:
     return sum(sdtw.cuda.launch_counts().values())
 
 
-def _sdtw(fused: bool | None, backend: str) -> LossFn:
+def _sdtw(fused: bool | None, backend: str, memory: str = "auto", lengths: bool = False) -> LossFn:
     def loss(x: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
         from sdtw import softdtw
 
-        return softdtw(x, y, gamma=gamma, fused=fused, backend=backend)
+        kwargs = {}
+        if lengths:
+            kwargs["x_lengths"], kwargs["y_lengths"] = padded_lengths_tensors(
+                x.shape[0], x.shape[1], y.shape[1]
+            )
+        return softdtw(x, y, gamma=gamma, fused=fused, backend=backend, memory=memory, **kwargs)
 
     return loss
+
+
+def padded_lengths(B: int, N: int, M: int) -> tuple[list[int], list[int]]:
+    """The per-pair lengths of the ``-lengths`` rows for a (B, N, .) and (B, M, .) batch:
+    uniform in [ceil(N / 4), N] and [ceil(M / 4), M], drawn from a seed fixed by the shape (the
+    same lengths in every process and for every implementation)."""
+    import numpy as np
+
+    rng = np.random.default_rng([B, N, M])
+    xl = rng.integers(-(-N // 4), N, size=B, endpoint=True)
+    yl = rng.integers(-(-M // 4), M, size=B, endpoint=True)
+    return xl.tolist(), yl.tolist()
+
+
+@cache
+def padded_lengths_tensors(B: int, N: int, M: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`padded_lengths` as int64 CPU tensors (made once per shape: not timed)."""
+    import torch
+
+    return tuple(torch.tensor(v, dtype=torch.int64) for v in padded_lengths(B, N, M))
 
 
 def _sdtw_nograph(fused: bool | None) -> LossFn:
@@ -325,14 +377,23 @@ def _sdtw_barycenter(fused: bool | None, backend: str) -> BarycenterFn:
 
 
 def _ours(
-    name: str, fused: bool | None, backend: str, model: MemoryModel, nograph=False, **kwargs
+    name: str,
+    fused: bool | None,
+    backend: str,
+    model: MemoryModel,
+    nograph=False,
+    memory: str = "auto",
+    lengths: bool = False,
+    **kwargs,
 ) -> Impl:
-    """sdtw with these options: its loss (``nograph``: with the library's CUDA graphs off),
+    """sdtw with these options: its loss (``nograph``: with the library's CUDA graphs off;
+    ``memory``: the ``memory`` argument; ``lengths``: on a padded batch, :func:`padded_lengths`),
     and its own barycenter solver."""
     device = "cuda" if backend == "cuda" else "any"
-    loss = _sdtw_nograph(fused) if nograph else _sdtw(fused, backend)
+    loss = _sdtw_nograph(fused) if nograph else _sdtw(fused, backend, memory, lengths)
     solve = _sdtw_barycenter(fused, backend)
-    return Impl(name, loss, device, model, barycenter=solve, **kwargs)
+    pairs = padded_lengths if lengths else None
+    return Impl(name, loss, device, model, barycenter=solve, lengths=pairs, **kwargs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -447,6 +508,26 @@ IMPLS: dict[str, Impl] = {
         _ours("sdtw-unfused-nograph", False, "cuda", _sdtw_unfused, True, launches=_sdtw_launches),
         _ours("sdtw-fused-graph", True, "cuda", _sdtw_fused, True, **GRAPHED),
         _ours("sdtw-unfused-graph", False, "cuda", _sdtw_unfused, True, **GRAPHED),
+        _ours("sdtw-fused-full", True, "cuda", _sdtw_fused, memory="full", launches=_sdtw_launches),
+        _ours(
+            "sdtw-fused-checkpoint",
+            True,
+            "cuda",
+            _sdtw_checkpoint,
+            memory="checkpoint",
+            launches=_sdtw_launches,
+        ),
+        _ours(
+            "sdtw-fused-lengths", True, "cuda", _sdtw_fused, lengths=True, launches=_sdtw_launches
+        ),
+        _ours(
+            "sdtw-unfused-lengths",
+            False,
+            "cuda",
+            _sdtw_unfused,
+            lengths=True,
+            launches=_sdtw_launches,
+        ),
         _ours("sdtw-cpu", None, "cpu", _sdtw_cpu, host_memory=True),
         Impl(
             "paper-unfused",

@@ -54,7 +54,7 @@ FORWARD_BACKWARD = "forward+backward"
 SWEEP_FILES = ("paper-grid", "fig1-length", "fig1-dim", "gamma", "long")
 BARYCENTER = "barycenter"
 #: Sweeps whose CSV may be absent: loaded when present, left out of ``Results.sweeps`` otherwise.
-OPTIONAL_FILES = (BARYCENTER,)
+OPTIONAL_FILES = (BARYCENTER, "lengths", "memory")
 # The barycenter sweep's modes, as the CSV spells them (experiments.barycenter.MODES).
 ITERATION = "barycenter-adam"
 EARLY_STOP = "barycenter-adam-early-stop"

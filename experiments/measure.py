@@ -190,8 +190,15 @@ class Oracle:
     note: str = ""
 
 
-def compute_oracle(x: torch.Tensor, y: torch.Tensor, gamma: float, device: str) -> Oracle:
-    """The float64 reference for inputs ``x``, ``y`` (see the module docstring for the rule)."""
+def compute_oracle(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    gamma: float,
+    device: str,
+    lengths: tuple[list[int], list[int]] | None = None,
+) -> Oracle:
+    """The float64 reference for inputs ``x``, ``y`` (see the module docstring for the rule),
+    as a padded batch with per-pair ``lengths`` (x's, y's) where given."""
     from sdtw import softdtw
 
     B, N, D = x.shape
@@ -209,6 +216,8 @@ def compute_oracle(x: torch.Tensor, y: torch.Tensor, gamma: float, device: str) 
     try:
         x64 = x.detach().to(where, torch.float64).requires_grad_()
         y64 = y.detach().to(where, torch.float64).requires_grad_()
+        if lengths is not None:
+            kwargs["x_lengths"], kwargs["y_lengths"] = lengths
         value = softdtw(x64, y64, gamma=gamma, **kwargs)
         value.sum().backward()
         return Oracle(name, value.detach().cpu(), x64.grad.cpu(), y64.grad.cpu())
@@ -294,7 +303,7 @@ def measure_group(
     x: torch.Tensor,
     y: torch.Tensor,
     device: str,
-    oracle: Callable[[], Oracle],
+    oracle: Callable[[Impl], Oracle],
     repeats: int,
     budget_s: float,
     back_to_back: bool = False,
@@ -336,7 +345,7 @@ def measure_group(
         rows.append(p.row)
         if p.outputs is None or p.row.get("status") != "ok":
             continue
-        ref = oracle()
+        ref = oracle(p.impl)
         p.row["reference"] = ref.name
         if ref.value is None:
             p.row["note"] = ref.note

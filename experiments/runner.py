@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from experiments import barycenter
-from experiments.impls import FORWARD_BACKWARD, IMPLS
+from experiments.impls import FORWARD_BACKWARD, IMPLS, Impl
 from experiments.measure import (
     Oracle,
     barycenter_inputs,
@@ -190,12 +190,14 @@ def run_config(
     measurement's rows go to ``write_rows`` together."""
     is_barycenter = sweep.task == "barycenter"
     inputs: tuple[torch.Tensor, ...] | None = None
-    cached: list[Oracle] = []
+    cached: dict[object, Oracle] = {}
 
-    def oracle() -> Oracle:
-        if not cached:
-            cached.append(compute_oracle(*inputs, cfg.gamma, device))
-        return cached[0]
+    def oracle(impl: Impl) -> Oracle:
+        # (one reference per set of per-pair lengths: the full-length one is shared)
+        if impl.lengths not in cached:
+            lengths = None if impl.lengths is None else impl.lengths(cfg.B, cfg.N, cfg.M)
+            cached[impl.lengths] = compute_oracle(*inputs, cfg.gamma, device, lengths)
+        return cached[impl.lengths]
 
     def write(name: str, mode: str, predicted: int | None, rows: list[Row]) -> None:
         for row in rows:

@@ -20,6 +20,12 @@ sweep           device  grid
 ``cpu``         cpu     sdtw-cpu, torch, the CPU peers tslearn and aeon (when installed),
                         reference; B in {8, 32}, N = M in {32, 64, 128}, D in {1, 8}: a
                         few minutes on 2 cores
+``lengths``     cuda    ours, forward + backward, D = 64: B = 512, N = M = 512 and B = 32,
+                        N = M in {512, 1024, 2048}, at full length and as a padded batch
+                        (per-pair lengths uniform in [N / 4, N], ``sdtw-*-lengths``)
+``memory``      cuda    ours in both memory modes and the paper's design, forward + backward,
+                        D = 64: B = 1, N = M in {1024, 4096, 16384, 65536, 262144} and
+                        B = 32, N = M = 2048 (a mode predicted not to fit is skipped)
 ``barycenter``  cuda    soft-DTW barycenter by Adam of B = 1000 square waves, N = M = 256,
                         D = 3, gamma in {1, 0.1}: ours vs the paper's design
 ==============  ======  ============================================================
@@ -169,6 +175,20 @@ def _targets(device: str, quick: bool) -> list[Config]:
     return [Config(32, n, n, 64) for n in (2048, 1024, 512)]
 
 
+def _lengths(device: str, quick: bool) -> list[Config]:
+    if quick:
+        return [Config(2, 9, 7, 2)]
+    return [Config(512, 512, 512, 64)] + [Config(32, n, n, 64) for n in (512, 1024, 2048)]
+
+
+def _memory(device: str, quick: bool) -> list[Config]:
+    if quick:
+        return [Config(1, 12, 9, 2)]
+    return [Config(1, n, n, 64) for n in (1024, 4096, 16384, 65536, 262144)] + [
+        Config(32, 2048, 2048, 64)
+    ]
+
+
 def _barycenter(device: str, quick: bool) -> list[Config]:
     if quick:
         return [Config(3, 10, 10, 3)]
@@ -204,11 +224,13 @@ SWEEPS: dict[str, Sweep] = {
             "accuracy vs gamma (1e-4 .. 10) against a float64 reference, every implementation",
             "auto",
             # not the oracle itself, nor the CPU-only peers (tested, and in `cpu`), nor
-            # the CUDA-graph replays of ours (the same kernels: their errors are in `targets`)
+            # the CUDA-graph replays and other modes of ours (the same kernels: their errors
+            # are in `targets`, `lengths` and `memory`)
             tuple(
                 name
                 for name in IMPLS
                 if name not in ("reference", "tslearn", "aeon", *OURS_GRAPHED, *OURS_NOGRAPH)
+                and not name.endswith(("-full", "-checkpoint", "-lengths"))
             ),
             _gamma,
             modes=(FORWARD_BACKWARD,),
@@ -229,6 +251,24 @@ SWEEPS: dict[str, Sweep] = {
             "cuda",
             OURS_CUDA,
             _long,
+        ),
+        Sweep(
+            "lengths",
+            "padded batches, ours: full length against per-pair lengths uniform in [N/4, N], "
+            "B = 512 at N = 512 and B = 32 at N = 512 .. 2048, D = 64",
+            "cuda",
+            ("sdtw-fused", "sdtw-fused-lengths", "sdtw-unfused", "sdtw-unfused-lengths"),
+            _lengths,
+            modes=(FORWARD_BACKWARD,),
+        ),
+        Sweep(
+            "memory",
+            "peak memory against N: ours full and checkpointed, the paper's design; B = 1, "
+            "N = 1024 .. 262144, and B = 32, N = 2048; D = 64",
+            "cuda",
+            ("sdtw-fused-full", "sdtw-fused-checkpoint", "paper-fused", "paper-unfused"),
+            _memory,
+            modes=(FORWARD_BACKWARD,),
         ),
         Sweep(
             "cpu",

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import sdtw
 from experiments import barycenter, measure, run, runner, summary, timing
 from experiments import results_csv as rcsv
 from experiments.impls import FORWARD, FORWARD_BACKWARD, IMPLS, Impl
@@ -251,7 +252,7 @@ def test_group_times_its_implementations_in_turn() -> None:
     x, y = timing.make_inputs(cfg, "cpu")
     oracle = measure.compute_oracle(x, y, cfg.gamma, "cpu")
     group = [fake("a"), fake("slow", sleep=0.08), fake("b", fail_at=4)]
-    rows = measure.measure_group(group, cfg, FORWARD, x, y, "cpu", lambda: oracle, 5, 0.2)
+    rows = measure.measure_group(group, cfg, FORWARD, x, y, "cpu", lambda _: oracle, 5, 0.2)
     # warm-up + instrumented step each, then rounds: "slow" gets 3 steps (its step takes
     # ~80 ms of a 0.2 s budget), "b" fails at its second timed step
     assert calls[:6] == ["a", "a", "slow", "slow", "b", "b"]
@@ -352,7 +353,9 @@ def test_gpu_graphed_step_rows() -> None:
     for path in ("fused", "unfused"):
         for mode in (FORWARD, FORWARD_BACKWARD):
             impl = IMPLS[f"sdtw-{path}-graph"]
-            (row,) = measure.measure_group([impl], cfg, mode, x, y, "cuda", lambda: oracle, 3, 0.1)
+            (row,) = measure.measure_group(
+                [impl], cfg, mode, x, y, "cuda", lambda _: oracle, 3, 0.1
+            )
             assert row["status"] == "ok", row
             assert row["launches"] == launches.get((path, mode), 3)
             errs = [row["rel_err_value"]]
@@ -664,3 +667,78 @@ def test_merge_replaces_matching_rows_and_keeps_the_rest(tmp_path: Path) -> None
     assert merge.merge(new / "cpu.csv", old / "cpu.csv", modes=[extra["mode"]])[1] == 1
     assert _rows(old / "cpu.csv")[-1]["B"] == "999"
     assert (old / "cpu.csv").read_bytes().count(b"\r\n") == len(after) + 2
+
+
+# --------------------------------------------------------------------------------------------
+# The lengths and memory sweeps (ours, under the simulator)
+# --------------------------------------------------------------------------------------------
+
+
+def test_padded_lengths_are_fixed_by_the_shape_and_in_range() -> None:
+    from experiments.impls import padded_lengths
+
+    xl, yl = padded_lengths(64, 512, 100)
+    assert (xl, yl) == padded_lengths(64, 512, 100)
+    assert min(xl) >= 128 and max(xl) <= 512 and min(yl) >= 25 and max(yl) <= 100
+    assert len(set(xl)) > 10  # drawn, not constant
+    assert padded_lengths(1, 1, 1) == ([1], [1])
+
+
+# (a fused step takes about 12 s in the simulator, whose threads poll each other: slow)
+@pytest.mark.slow
+@pytest.mark.cudasim
+@pytest.mark.parametrize(
+    ("name", "impls"),
+    [
+        ("lengths", ["sdtw-fused", "sdtw-fused-lengths"]),
+        ("memory", ["sdtw-fused-full", "sdtw-fused-checkpoint"]),
+    ],
+)
+def test_lengths_and_memory_sweeps_under_the_simulator(
+    tmp_path: Path, name: str, impls: list[str]
+) -> None:
+    # The GPU sweeps' quick grids, ours in Numba's simulator, in a fresh process.
+    assert set(impls) <= set(SWEEPS[name].impls)
+    script = (
+        "import dataclasses, sys; from pathlib import Path; from experiments import runner; "
+        "from experiments.sweeps import SWEEPS; "
+        f"s = dataclasses.replace(SWEEPS['{name}'], device='cpu'); "
+        f"runner.run_sweep(s, {impls!r}, Path(sys.argv[1]), repeats=1, budget_s=0.01, quick=True)"
+    )
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, check=True, cwd=REPO)
+    rows = {r["impl"]: r for r in _rows(tmp_path / f"{name}.csv")}
+    assert sorted(rows) == sorted(impls)
+    for r in rows.values():
+        assert r["status"] == "ok", r
+        assert r["mode"] == FORWARD_BACKWARD and r["reference"] == "reference", r
+        for column in ("rel_err_value", "rel_err_grad_x", "rel_err_grad_y"):
+            assert float(r[column]) < 1e-5, r
+    if name == "lengths":
+        # A padded batch is a different loss: the full-length rows' values would not match
+        # its reference, so each row was compared with a reference of its own lengths.
+        from experiments.impls import padded_lengths
+
+        B, N, M = (int(rows["sdtw-fused"][c]) for c in "BNM")
+        xl, yl = padded_lengths(B, N, M)
+        assert min(xl) < N or min(yl) < M
+    else:
+        full, ckpt = rows["sdtw-fused-full"], rows["sdtw-fused-checkpoint"]
+        assert int(ckpt["predicted_mem_bytes"]) < int(full["predicted_mem_bytes"])
+
+
+def test_reference_of_a_padded_batch_is_each_pair_at_its_length() -> None:
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 8, 2), torch.randn(3, 6, 2)
+    lengths = ([8, 3, 5], [2, 6, 1])
+    ref = measure.compute_oracle(x, y, 0.5, "cpu", lengths)
+    full = measure.compute_oracle(x, y, 0.5, "cpu")
+    for b, (n, m) in enumerate(zip(*lengths, strict=True)):
+        xb = x[b : b + 1, :n].double().requires_grad_()
+        yb = y[b : b + 1, :m].double().requires_grad_()
+        value = sdtw.softdtw(xb, yb, gamma=0.5, backend="reference")
+        value.sum().backward()
+        torch.testing.assert_close(ref.value[b], value[0].detach(), rtol=1e-12, atol=0)
+        torch.testing.assert_close(ref.grad_x[b, :n], xb.grad[0], rtol=1e-10, atol=1e-12)
+        assert not ref.grad_x[b, n:].any() and not ref.grad_y[b, m:].any()
+    assert not torch.equal(ref.value, full.value)

@@ -312,6 +312,50 @@ def test_tc_grads_figure_skips_without_its_csv(tmp_path: Path, capsys) -> None:
     assert "SKIPPED" in capsys.readouterr().out
 
 
+def _write_rows(path: Path, rows: list[dict[str, object]]) -> None:
+    from experiments.results_csv import COLUMNS
+
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: row.get(c, "") for c in COLUMNS})
+
+
+def test_beyond_figure_draws_memory_and_lengths(tmp_path: Path, capsys) -> None:
+    """The figure of the memory and lengths sweeps: skipped without their CSVs; with them
+    (rows made up here, in the harness's columns), the padded-batch ratios it draws are
+    those of the rows, and a point that did not fit is named, not drawn."""
+    pytest.importorskip("matplotlib")
+    from figures import make_figures
+
+    assert make_figures.figure_beyond(Results(tmp_path), tmp_path / "out") == []
+    assert "SKIPPED" in capsys.readouterr().out
+    common = {"mode": "forward+backward", "D": 64, "M": 0, "gamma": 1, "dtype": "float32",
+              "metric": "time_ms", "gpu": "test GPU", "git_sha": "0" * 40}  # fmt: skip
+    memory = []
+    for n in (1024, 4096, 16384):
+        for impl, per_cell in (("sdtw-fused-full", 8), ("sdtw-fused-checkpoint", 0.75)):
+            memory.append({**common, "sweep": "memory", "impl": impl, "B": 1, "N": n, "M": n,
+                           "status": "ok", "median": n / 100,
+                           "peak_mem_bytes": int(per_cell * n * n)})  # fmt: skip
+    memory.append({**common, "sweep": "memory", "impl": "paper-fused", "B": 1, "N": 16384,
+                   "M": 16384, "status": "skipped-memory"})  # fmt: skip
+    lengths = []
+    for B, N, padded in ((512, 512, 0.5), (32, 1024, 0.7)):
+        for impl, t in (("sdtw-fused", 2.0), ("sdtw-fused-lengths", 2.0 * padded)):
+            lengths.append({**common, "sweep": "lengths", "impl": impl, "B": B, "N": N, "M": N,
+                            "status": "ok", "median": t})  # fmt: skip
+    _write_rows(tmp_path / "memory.csv", memory)
+    _write_rows(tmp_path / "lengths.csv", lengths)
+    results = Results(tmp_path)
+    paths = make_figures.figure_beyond(results, tmp_path / "out")
+    assert sorted(p.name for p in paths) == ["beyond.pdf", "beyond.png"]
+    ratios = make_figures.lengths_ratios(results, "sdtw-fused", "sdtw-fused-lengths")
+    assert ratios == [("B=512\nN=512", 0.5), ("B=32\nN=1024", 0.7)]
+    assert make_figures.lengths_ratios(results, "sdtw-unfused", "sdtw-unfused-lengths") == []
+
+
 def test_tc_grads_points_follow_the_settings() -> None:
     """The figure's points: the settings the library picks (SMALL up to D = 64, LARGE
     above), the hinted series only where D is a multiple of 4, and D multiples of 16 in
