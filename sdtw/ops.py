@@ -22,6 +22,8 @@ inputs are cast to float32 first and the loss comes back in float32.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from sdtw._autograd import refuse_second_order
@@ -37,11 +39,21 @@ def encode_fused(fused: bool | None) -> int:
     return _FUSED[fused]
 
 
-def _autograd_inside():
-    """Autograd on inside an operator's implementation (the dispatcher excludes it there)."""
+@contextlib.contextmanager
+def _inside(t: torch.Tensor):
+    """Autograd on inside an operator's implementation (the dispatcher excludes it there) and,
+    on CUDA, the library's graphs off (:class:`sdtw.cuda._graphs.suspended`: in a compiled
+    program the graphs are PyTorch's)."""
     from sdtw.cuda._private import autograd_inside
 
-    return autograd_inside()
+    with autograd_inside():
+        if t.is_cuda:
+            from sdtw.cuda._graphs import suspended
+
+            with suspended():
+                yield
+        else:
+            yield
 
 
 @torch.library.custom_op("sdtw::pair", mutates_args=())
@@ -75,7 +87,7 @@ def pair(
         memory=memory,
     )
     xr, yr = x.detach().requires_grad_(need_x), y.detach().requires_grad_(need_y)
-    with _autograd_inside():
+    with _inside(x):
         values = softdtw_options(xr, yr, opts, x_lengths, y_lengths)
         wanted = [t for t, need in ((xr, need_x), (yr, need_y)) if need]
         grads = list(torch.autograd.grad(values.sum(), wanted)) if wanted else []
@@ -131,7 +143,7 @@ def cost(
     from sdtw.functional import softdtw_from_cost
 
     cr = c.detach().requires_grad_(need)
-    with _autograd_inside():
+    with _inside(c):
         values = softdtw_from_cost(
             cr,
             gamma=gamma,

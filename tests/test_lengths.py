@@ -364,9 +364,12 @@ def _check_gpu(x, y, xl, yl, rtol, **kw):
     (out * g.cuda()).sum().backward()
     ref = {k: v for k, v in kw.items() if k != "fused"}
     vals, gx, gy = _per_pair(x, y, xl, yl, g, gamma=GAMMA, **ref)
-    np.testing.assert_allclose(out.detach().double().cpu(), vals, rtol=rtol, atol=rtol)
-    np.testing.assert_allclose(xc.grad.double().cpu(), gx, rtol=rtol, atol=rtol)
-    np.testing.assert_allclose(yc.grad.double().cpu(), gy, rtol=rtol, atol=rtol)
+    # (absolute errors to the scale of each result: float32 costs of D = 40 features carry
+    # their rounding into the gradient's large entries)
+    for got, want in ((out, vals), (xc.grad, gx), (yc.grad, gy)):
+        want = np.asarray(want)
+        scale = max(1.0, float(np.abs(want).max()))
+        np.testing.assert_allclose(got.detach().double().cpu(), want, rtol=rtol, atol=rtol * scale)
 
 
 @requires_gpu

@@ -1,0 +1,82 @@
+"""Where does a padded batch's step spend its time, against the same batch at full length?
+
+For B = 32, N = M = 512, D = 64 (unless given), float32, fused: the median of synchronised
+forward + backward steps at full length and as a padded batch (per-pair lengths uniform in
+[N / 4, N], as CPU tensors and as CUDA tensors), with the library's graphs on and off; then
+the PyTorch profiler's table of one padded and one full-length step (graphs off), CPU and CUDA
+time per operator and kernel, so that the extra work of a padded batch shows by name.
+
+Usage::
+
+    python -m experiments.probes.lengths [B N D]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+
+
+def _step(x, y, **kw):
+    import sdtw
+
+    def step():
+        xr = x.detach().requires_grad_()
+        sdtw.softdtw(xr, y, backend="cuda", **kw).sum().backward()
+
+    return step
+
+
+def _median_ms(step, reps: int = 30) -> float:
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def main(argv: list[str]) -> None:
+    import sdtw.cuda
+
+    B, N, D = (int(a) for a in argv) if argv else (32, 512, 64)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(B, N, D, generator=g).cuda()
+    y = torch.randn(B, N, D, generator=g).cuda()
+    xl = torch.randint(N // 4, N + 1, (B,), generator=g)
+    yl = torch.randint(N // 4, N + 1, (B,), generator=g)
+    cases = {
+        "full length": {},
+        "padded, CPU lengths": {"x_lengths": xl, "y_lengths": yl},
+        "padded, CUDA lengths": {"x_lengths": xl.cuda(), "y_lengths": yl.cuda()},
+    }
+    for graphs in (True, False):
+        sdtw.cuda.set_graphs(graphs)
+        for name, kw in cases.items():
+            ms = _median_ms(_step(x, y, **kw))
+            print(f"B={B} N={N} D={D} graphs={'on' if graphs else 'off'} {name}: {ms:.3f} ms")
+    sdtw.cuda.set_graphs(False)
+    from torch.profiler import ProfilerActivity, profile
+
+    for name in ("full length", "padded, CPU lengths"):
+        step = _step(x, y, **cases[name])
+        step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                step()
+            torch.cuda.synchronize()
+        print(f"== profile, 5 steps, graphs off: {name}")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
