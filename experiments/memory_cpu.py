@@ -4,7 +4,8 @@ M = N, D = 2, float64, forward + backward), each point in a fresh process.
     python -m experiments.memory_cpu [--n 2000 5000 20000] [--modes full checkpoint]
                                      [--out FILE]
 
-A point's peak is the growth of the process's peak resident memory over the step (after a
+A point's peak is the process's peak resident memory during the step above its resident
+memory before it (Linux: the high-water mark reset through ``/proc/self/clear_refs`` after a
 warm-up step at a tiny size has compiled the kernels), beside the model's prediction
 (:mod:`sdtw.memory`); the full mode is skipped where its model exceeds half the available
 memory.  Prints one line per point and, with ``--out``, writes them with a provenance line.
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 
 _POINT = """
-import json, resource, sys, time, torch, numba, sdtw
+import gc, json, sys, time, torch, numba, sdtw
 from sdtw import cpu_fused
 from sdtw import memory as memory_model
 N, mode = int(sys.argv[1]), sys.argv[2]
@@ -30,13 +31,20 @@ x = torch.randn(1, N, 2, generator=g, dtype=torch.float64, requires_grad=True)
 y = torch.randn(1, N, 2, generator=g, dtype=torch.float64)
 x0 = x[:, :50].detach().requires_grad_()
 sdtw.softdtw(x0, y[:, :40], memory=mode, backend="cpu").sum().backward()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+gc.collect()
+with open("/proc/self/clear_refs", "w") as f:  # forget the compilation's high-water mark
+    f.write("5")
+before = status("VmRSS:")
 t = time.perf_counter()
 v = sdtw.softdtw(x, y, memory=mode, backend="cpu")
 forward = time.perf_counter() - t
 v.sum().backward()
 step = time.perf_counter() - t
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+peak = status("VmHWM:") - before
 threads = numba.get_num_threads()
 model = (memory_model.cpu_full_bytes(1, N, N, True) if mode == "full" else
          memory_model.cpu_checkpoint_bytes(1, N, N, cpu_fused.segment_rows(N, N), threads, True))
