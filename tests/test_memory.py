@@ -203,17 +203,19 @@ def test_module_and_barycenter_take_memory(rng):
 @requires_sim
 @pytest.mark.cudasim
 @pytest.mark.parametrize(
-    ("N", "M", "dtype", "kw"),
+    ("N", "M", "D", "dtype", "kw"),
     [
         # tiles of 32 columns from the last one: 65 = two tiles and one column; rows past a
         # band; lengths ending inside a tile and a band; the band crossing tiles
-        (33, 65, torch.float64, {"bandwidth": 3, "x_lengths": [33, 1], "y_lengths": [40, 65]}),
-        pytest.param(40, 33, torch.float32, {"normalize": True}, marks=pytest.mark.slow),
+        (33, 65, 3, torch.float64, {"bandwidth": 3, "x_lengths": [33, 1], "y_lengths": [40, 65]}),
+        # features staged 8 at a time: two passes and a partial one
+        (34, 9, 19, torch.float64, {"y_lengths": [9, 4]}),
+        pytest.param(40, 33, 3, torch.float32, {"normalize": True}, marks=pytest.mark.slow),
     ],
 )
-def test_cuda_checkpoint_equals_full(rng, N, M, dtype, kw):
+def test_cuda_checkpoint_equals_full(rng, N, M, D, dtype, kw):
     tol = 1e-10 if dtype == torch.float64 else 2e-5
-    _both(rng, "cuda", 2, N, M, 3, dtype, tol, **kw)
+    _both(rng, "cuda", 2, N, M, D, dtype, tol, **kw)
 
 
 @requires_sim

@@ -28,8 +28,11 @@ the DP backward's, and a band waits only for the band below.  Per tile, right to
    rows: no other block writes them) and ``g_y[j] += 2 sum_i E[i, j] (y_j - x_i)`` (atomics:
    every band adds to column j).
 
-The tile's wavefronts take ``32 + w - 1`` steps each, against the full backward's ``w`` per
-chunk in steady state: this kernel favours memory and simplicity over speed.
+Steps 1 and 4 read x's rows and y's columns through shared memory, ``RC`` features at a time
+(every lane reads every column's features there, from one load each): a band's tiles follow one
+another on the critical path (band ``k``'s tile ``c`` waits for band ``k + 1``'s), so each
+tile's latency is the kernel's time.  The tile's wavefronts take ``32 + w - 1`` steps each,
+against the full backward's ``w`` per chunk in steady state.
 """
 
 from __future__ import annotations
@@ -46,45 +49,90 @@ from sdtw.cuda.kernels.specs import RecomputeSpec
 RT_ROWS = TB + 1  # the tile's R with the row above
 
 
-def _tile_costs():
+#: Features staged in shared memory per pass (x's rows and y's columns of the tile).
+RC = 8
+RC1 = RC + 1  # (an odd row of doubles: lanes reading their own rows meet few bank conflicts)
+
+
+def _stage():
     @device
-    def tile_costs(X, Y, D, b, i, jl, w, xx, Ct, r, scale, real):
+    def stage(X, Y, D, b, i, j, d0, Xs, Ys, r, real, col):
+        """Features ``d0 .. d0 + RC - 1`` of lane ``r``'s row ``i`` (if ``real``) into
+        ``Xs[r]`` and of its column ``j`` (if ``col``) into ``Ys[r]``; how many."""
+        dn = min(RC, D - d0)
+        for dd in range(dn):
+            if real:
+                Xs[r, dd] = float64(X[b, i, d0 + dd])
+            if col:
+                Ys[r, dd] = float64(Y[b, j, d0 + dd])
+        return dn
+
+    return stage
+
+
+def _tile_costs():
+    stage = _stage()
+
+    @device
+    def tile_costs(X, Y, D, b, i, jl, w, xx, Ct, Xs, Ys, Yn, r, scale, real):
         """Row ``r``'s scaled squared distances to columns ``jl .. jl + w - 1`` into
-        ``Ct[r]``."""
+        ``Ct[r]``: ``max(|x_i|^2 + |y_j|^2 - 2 x_i . y_j, 0)``, each sum over the features in
+        order; x's rows and y's columns staged in shared memory ``RC`` features at a time
+        (every lane reads each column's features)."""
+        col = r < w
         if real:
             for q in range(w):
-                j = jl + q
-                yy = 0.0
-                xy = 0.0
-                for d in range(D):
-                    yv = float64(Y[b, j, d])
+                Ct[r, q] = 0.0
+        yy = 0.0  # |y_j|^2 of this lane's column
+        for d0 in range(0, D, RC):
+            dn = stage(X, Y, D, b, i, jl + r, d0, Xs, Ys, r, real, col)
+            if col:
+                for dd in range(dn):
+                    yv = Ys[r, dd]
                     yy += yv * yv
-                    xy += float64(X[b, i, d]) * yv
-                v = (xx + yy) - 2.0 * xy
+            sync_band()
+            if real:
+                for q in range(w):
+                    xy = Ct[r, q]
+                    for dd in range(dn):
+                        xy += Xs[r, dd] * Ys[q, dd]
+                    Ct[r, q] = xy
+            sync_band()
+        Yn[r] = yy
+        sync_band()
+        if real:
+            for q in range(w):
+                v = (xx + Yn[q]) - 2.0 * Ct[r, q]
                 Ct[r, q] = (0.0 if v < 0.0 else v) * scale
 
     return tile_costs
 
 
 def _tile_grads():
+    stage = _stage()
+
     @device
-    def tile_grads(X, Y, D, b, i0, i, jl, w, nr1, Et, GX, GY, r, real):
-        """The tile's shares of the gradients (see the module docstring)."""
-        if real:  # this lane's row
-            for d in range(D):
-                xv = float64(X[b, i, d])
-                a = 0.0
-                for q in range(w):
-                    a += Et[r, q] * (xv - float64(Y[b, jl + q, d]))
-                GX[b, i, d] += 2.0 * a
-        if r < w:  # this lane's column
-            j = jl + r
-            for d in range(D):
-                yv = float64(Y[b, j, d])
-                a = 0.0
-                for rr in range(nr1 + 1):
-                    a += Et[rr, r] * (yv - float64(X[b, i0 + rr, d]))
-                cuda.atomic.add(GY, (b, j, d), 2.0 * a)
+    def tile_grads(X, Y, D, b, i, jl, w, nr1, Et, Xs, Ys, GX, GY, r, real):
+        """The tile's shares of the gradients (see the module docstring), x's rows and y's
+        columns staged as in :func:`tile_costs`."""
+        col = r < w
+        for d0 in range(0, D, RC):
+            dn = stage(X, Y, D, b, i, jl + r, d0, Xs, Ys, r, real, col)
+            sync_band()
+            for dd in range(dn):
+                if real:  # this lane's row
+                    xv = Xs[r, dd]
+                    a = 0.0
+                    for q in range(w):
+                        a += Et[r, q] * (xv - Ys[q, dd])
+                    GX[b, i, d0 + dd] += 2.0 * a
+                if col:  # this lane's column
+                    yv = Ys[r, dd]
+                    a = 0.0
+                    for rr in range(nr1 + 1):
+                        a += Et[rr, r] * (yv - Xs[rr, dd])
+                    cuda.atomic.add(GY, (b, jl + r, d0 + dd), 2.0 * a)
+            sync_band()
 
     return tile_grads
 
@@ -157,6 +205,9 @@ def build(spec: RecomputeSpec):
         Wu = cuda.shared.array((TB, TW1), w_t)
         Et = cuda.shared.array((TB, TW1), float64)  # E; column w: the carried one
         vb = cuda.shared.array(TW, float64)  # the band below's hand-over
+        Xs = cuda.shared.array((TB, RC1), float64)  # staged features of the band's rows
+        Ys = cuda.shared.array((TW, RC1), float64)  # and of the tile's columns
+        Yn = cuda.shared.array(TW, float64)  # |y_j|^2 of the tile's columns
         xx = 0.0  # |x_i|^2
         if real:
             for d in range(D):
@@ -178,7 +229,7 @@ def build(spec: RecomputeSpec):
                 Rt[0, 0] = top(Rb, above, jl - 1, k)
             if real:
                 Rt[r + 1, 0] = INF if jl == 0 else from_bits(Rb[ck + TW * c])
-            tile_costs(X, Y, D, b, i, jl, w, xx, Ct, r, scale, real)
+            tile_costs(X, Y, D, b, i, jl, w, xx, Ct, Xs, Ys, Yn, r, scale, real)
             Et[r, w] = e_c
             Wd[r, w] = d_c
             Wu[r, w] = u_c
@@ -218,7 +269,7 @@ def build(spec: RecomputeSpec):
                         v0 = e * float64(Wu[0, q]) + Et[0, q + 1] * float64(Wd[0, q + 1])
                         st_if(Gb, uint64(own + jl + q), as_bits(v0), True)
                 sync_band()
-            tile_grads(X, Y, D, b, i0, i, jl, w, nr1, Et, GX, GY, r, real)
+            tile_grads(X, Y, D, b, i, jl, w, nr1, Et, Xs, Ys, GX, GY, r, real)
             e_c = Et[r, 0]
             d_c = Wd[r, 0]
             u_c = Wu[r, 0]
