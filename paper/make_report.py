@@ -28,6 +28,7 @@ module                   what
 :mod:`paper.verdicts`    the claims and the rules that turn the numbers into verdicts
 :mod:`paper.sections`    the header, the verdict summary and the sections RQ1–RQ4
 :mod:`paper.tables`      the paper grid side by side, disagreements, gaps, provenance
+:mod:`paper.beyond`      the targets beyond the paper (padded batches, checkpoints, compile)
 :mod:`paper.embed`       the figures, embedded
 :mod:`paper.markdown`    number formatting and Markdown tables
 this module              the report assembled, and the command line
@@ -41,6 +42,7 @@ import sys
 from pathlib import Path
 
 from experiments.load import REPO, RESULTS, Results
+from paper.beyond import section_beyond
 from paper.cited import CITED
 from paper.embed import section_figures
 from paper.sections import (
@@ -71,6 +73,7 @@ def render(results: Results, figures_dir: Path = FIGURES) -> str:
         section_rq2(results, by_rq["RQ2"]),
         section_rq3(results, by_rq["RQ3a"], by_rq["RQ3b"]),
         section_rq4(results, by_rq["RQ4"], figures_dir),
+        section_beyond(results),
         section_grid(results),
         section_disagreements(results),
         section_not_measured(results),

@@ -376,3 +376,29 @@ def test_tc_grads_points_follow_the_settings() -> None:
     assert p["hint"] == {24: 1.0, 72: 5.0, 32: 6.0}
     assert p["plain"] == {24: 3.0, 32: 6.0, 17: 7.0}
     assert p["cublas"] == {8: 9.0}
+
+
+def test_beyond_targets_follow_their_rules() -> None:
+    """Each target of the beyond-the-paper section is met or not by its rule, and one without
+    its rows is "not measured" (rows made up here)."""
+    from paper.beyond import targets
+
+    def row(part, case, B, N, metric, value):
+        return {"part": part, "case": case, "B": str(B), "N": str(N), "metric": metric,
+                "value": str(value)}  # fmt: skip
+
+    rows = [
+        row("lengths", "lengths U[128,512]", 512, 512, "ratio", 0.55),
+        row("lengths", "lengths U[128,512]", 32, 512, "ratio", 1.02),
+        row("memory", "checkpoint", 32, 2048, "peak_MiB", 100),
+        row("memory", "checkpoint", 32, 2048, "ms", 4.0),
+        row("memory", "checkpoint / full", 32, 2048, "ratio", 1.2),
+        row("memory", "checkpoint", 1, 65536, "peak_MiB", 900),
+        row("memory", "checkpoint", 1, 65536, "ms", 600),
+    ]
+    got = [t.met for t in targets(rows)]
+    assert got == [False, True, True, False, None]
+    rows[1]["value"] = "0.99"
+    rows[-1]["value"] = "400"
+    assert [t.met for t in targets(rows)] == [True, True, True, True, None]
+    assert [t.met for t in targets([])] == [None] * 5
