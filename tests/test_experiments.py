@@ -608,7 +608,7 @@ def test_probe_parses_its_command_line_and_needs_a_gpu(
 
 
 def test_probes_are_the_open_questions() -> None:
-    assert _probe_names() == ["first_call", "kernels", "memory", "tc_rule"]
+    assert _probe_names() == ["first_call", "kernels", "lengths", "memory", "tc_rule"]
 
 
 def test_the_harness_uses_public_sdtw_names_only() -> None:

@@ -14,7 +14,9 @@ with :func:`sdtw.cuda.config.overrides`.
   against cuBLAS's float32 form in whole-step CUDA-graph replays, at the sizes where the rule
   (:func:`sdtw.cuda.policy.tc_grads`) switches;
 * :mod:`~experiments.probes.memory` -- a training step's peak memory, split into forward and
-  backward.
+  backward;
+* :mod:`~experiments.probes.lengths` -- a padded batch's step against the same batch at full
+  length, library graphs on and off, and where the difference goes (torch.profiler).
 
 This module holds what they share: the command line, the GPU check, inputs and the timer.
 """

@@ -8,15 +8,16 @@ time per operator and kernel, so that the extra work of a padded batch shows by 
 
 Usage::
 
-    python -m experiments.probes.lengths [B N D]
+    python -m experiments.probes.lengths [N ...] [--batch 32] [--dim 64]
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 
 import torch
+
+from experiments import probes
 
 
 def _step(x, y, **kw):
@@ -44,10 +45,22 @@ def _median_ms(step, reps: int = 30) -> float:
     return statistics.median(times)
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str] | None = None) -> int:
+    p = probes.parser(__doc__, "lengths", (512,))
+    p.add_argument("--dim", type=int, default=64, metavar="D", help="features (default: 64)")
+    args = p.parse_args(argv)
+    if (code := probes.no_gpu("lengths")) is not None:
+        return code
+    for N in args.sizes:
+        _probe(args.batch, N, args.dim)
+    return 0
+
+
+def _probe(B: int, N: int, D: int) -> None:
     import sdtw.cuda
 
-    B, N, D = (int(a) for a in argv) if argv else (32, 512, 64)
+    was = sdtw.cuda.graphs_enabled()
+
     g = torch.Generator().manual_seed(0)
     x = torch.randn(B, N, D, generator=g).cuda()
     y = torch.randn(B, N, D, generator=g).cuda()
@@ -76,7 +89,8 @@ def main(argv: list[str]) -> None:
             torch.cuda.synchronize()
         print(f"== profile, 5 steps, graphs off: {name}")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+    sdtw.cuda.set_graphs(was)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    raise SystemExit(main())
