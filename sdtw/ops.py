@@ -56,6 +56,14 @@ def _inside(t: torch.Tensor):
             yield
 
 
+def _own(t: torch.Tensor) -> torch.Tensor:
+    """A gradient from ``torch.autograd.grad`` inside an operator, as this thread's allocation:
+    on CUDA the autograd engine runs the backward on its device thread, and PyTorch's cudagraph
+    trees route only the calling thread's allocations into their pool (``mode="reduce-overhead"``
+    rejects outputs from outside it)."""
+    return t.detach().clone() if t.is_cuda else t.detach()
+
+
 @torch.library.custom_op("sdtw::pair", mutates_args=())
 def pair(
     x: torch.Tensor,
@@ -91,9 +99,9 @@ def pair(
         values = softdtw_options(xr, yr, opts, x_lengths, y_lengths)
         wanted = [t for t, need in ((xr, need_x), (yr, need_y)) if need]
         grads = list(torch.autograd.grad(values.sum(), wanted)) if wanted else []
-    gx = grads.pop(0) if need_x else x.new_empty(0)
-    gy = grads.pop(0) if need_y else y.new_empty(0)
-    return values.detach(), gx.detach(), gy.detach()
+    gx = _own(grads.pop(0)) if need_x else x.new_empty(0)
+    gy = _own(grads.pop(0)) if need_y else y.new_empty(0)
+    return values.detach(), gx, gy
 
 
 @pair.register_fake
@@ -152,8 +160,8 @@ def cost(
             x_lengths=x_lengths,
             y_lengths=y_lengths,
         )
-        E = torch.autograd.grad(values.sum(), cr)[0] if need else c.new_empty(0)
-    return values.detach(), E.detach()
+        E = _own(torch.autograd.grad(values.sum(), cr)[0]) if need else c.new_empty(0)
+    return values.detach(), E
 
 
 @cost.register_fake

@@ -295,7 +295,7 @@ def test_kernel_disk_cache_keys_are_the_same_in_every_process(tmp_path):
 
 
 _CACHE_USE_SCRIPT = """
-import torch, sdtw
+import torch, sdtw, sdtw.cuda
 
 sdtw.cuda.set_graphs(False)
 g = torch.Generator(device="cuda").manual_seed(7)
