@@ -327,7 +327,8 @@ def softdtw_options(
         x, y = guard(x, name), guard(y, name)
     if lengths is not None:
         xl, yl = lengths
-        x, y = _zero_padding(x, xl), _zero_padding(y, yl)
+        if not (name == "cuda" and opts.dist == "sqeuclidean"):  # (those kernels zero it)
+            x, y = _zero_padding(x, xl), _zero_padding(y, yl)
     if not opts.normalize:
         out = _pair_loss(x, y, opts, name, lengths)
     elif N == M:

@@ -89,7 +89,15 @@ def test_cpu_backends_equal_the_unpadded_pairs(rng, backend, N, M, bandwidth, no
     _check(backend, x, y, xl, yl, rtol, bandwidth=bandwidth, normalize=normalize)
 
 
-@pytest.mark.parametrize("backend", ["reference", "cpu"])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "reference",
+        "cpu",
+        # (the CUDA kernels zero their copies' padding inside the captured work)
+        pytest.param("cuda", marks=[requires_sim, pytest.mark.cudasim, pytest.mark.slow]),
+    ],
+)
 def test_what_the_padding_holds_never_matters(rng, backend):
     B, N, M = 4, 8, 6
     xl, yl = _lengths(rng, B, N, (3,)), _lengths(rng, B, M, (2,))

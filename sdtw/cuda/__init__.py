@@ -393,9 +393,11 @@ def softdtw_sqeuclidean(
     tensor from the park kernel (:func:`sqeuclidean_cost`), then the DP on it.  With
     gradients both run the same E-to-gradient step (:func:`_eager_grads`, E's row and column
     sums from the DP backward kernel).  ``lengths``, ``lo``, ``hi``: as
-    :func:`softdtw_cost`'s; x and y hold zeros past the lengths (the public entry puts them
-    there).  ``checkpoint`` (with ``lengths``, ``fused``): the checkpointed mode, which stores
-    no weights (:func:`sdtw.cuda._launch.checkpoint_grads`).
+    :func:`softdtw_cost`'s; what x and y hold past the lengths is never used: the kernels'
+    copies are zeroed there first (inside the captured work, so a replayed graph pays no host
+    time for it), and the gradients there are 0.  ``checkpoint`` (with ``lengths``,
+    ``fused``): the checkpointed mode, which stores no weights
+    (:func:`sdtw.cuda._launch.checkpoint_grads`).
 
     All the GPU work is queued before autograd's ``Function.apply`` (which only attaches the
     values and the gradients): the host time of ``apply`` then overlaps the kernels instead
@@ -406,6 +408,9 @@ def softdtw_sqeuclidean(
     dtype = _kernel_dtype(x).dtype
 
     def compute(xk: torch.Tensor, yk: torch.Tensor, lens: torch.Tensor | None = None) -> tuple:
+        if lens is not None:  # (out of place: xk may be the caller's own tensor)
+            B = xk.shape[0]
+            xk, yk = _zero_past(xk, lens[:B]), _zero_past(yk, lens[B:])
         if checkpoint and (need_x or need_y):
             out, gx, gy = _launcher_module().checkpoint_grads(xk, yk, gamma, lo, lens)
             sdt = _launcher_module().storage_dtype(xk.dtype)
@@ -424,6 +429,14 @@ def softdtw_sqeuclidean(
     if not need:
         return out
     return _PairFunction.apply(x, y, (out, done[1]))
+
+
+def _zero_past(t: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``t`` (B, L, D) with the steps from each pair's length on set to 0 (a new tensor): the
+    fused distances and the gradients from E then meet no NaN or inf of the padding (E is 0
+    there, but 0 x NaN is NaN)."""
+    steps = torch.arange(t.shape[1], device=t.device)
+    return t.masked_fill((steps[None, :] >= lengths[:, None]).unsqueeze(-1), 0)
 
 
 def _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y, lengths=None) -> tuple:
