@@ -14,16 +14,22 @@ from paper.markdown import fmt_g, md_table
 
 __all__ = ["TARGETS_CSV", "Target", "section_beyond", "targets"]
 
-#: Inside a results folder.
+#: Inside a results folder: the whole run, then later runs of some parts, whose rows replace
+#: the same measurement's (part, case, B, N, metric) before them.
 TARGETS_CSV = Path("beyond") / "targets-beyond.csv"
+LATER_CSVS = (Path("beyond") / "targets-memory.csv",)
 
 
 def _read(results: Results) -> list[dict[str, str]]:
-    path = results.folder / TARGETS_CSV
-    if not path.exists():
-        return []
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+    rows: dict[tuple, dict[str, str]] = {}
+    for name in (TARGETS_CSV, *LATER_CSVS):
+        path = results.folder / name
+        if not path.exists():
+            continue
+        with path.open(newline="") as f:
+            for r in csv.DictReader(f):
+                rows[(r["part"], r["case"], r["B"], r["N"], r["metric"])] = r
+    return list(rows.values())
 
 
 @dataclass(frozen=True)
@@ -114,8 +120,13 @@ def section_beyond(results: Results) -> str:
         if v is not None:
             shown = fmt_sig(v) if metric == "ms" else fmt_g(v)
             compiled.append(f"{case} {metric.replace('_', ' ')} {shown}")
-    prov = sorted({(r["gpu"], r["git_sha"][:7], r["date_utc"][:10]) for r in rows})
-    where = "; ".join(f"{g}, commit {s}, {d}" for g, s, d in prov)
+    prov: dict[tuple, set[str]] = {}
+    for r in rows:
+        prov.setdefault((r["gpu"], r["git_sha"][:7], r["date_utc"][:10]), set()).add(r["part"])
+    where = "; ".join(
+        f"{', '.join(sorted(parts))}: {g}, commit {s}, {d}"
+        for (g, s, d), parts in sorted(prov.items())
+    )
     lines = [head, body, ""]
     if compiled:
         lines.append(
@@ -123,5 +134,6 @@ def section_beyond(results: Results) -> str:
             + ", ".join(compiled)
             + " (relative to float32).\n"
         )
-    lines.append(f"Source: `{TARGETS_CSV.as_posix()}` ({where}).\n")
+    files = ", ".join(f"`{p.as_posix()}`" for p in (TARGETS_CSV, *LATER_CSVS))
+    lines.append(f"Source: {files}, later rows replacing earlier ones ({where}).\n")
     return "\n".join(lines)

@@ -245,7 +245,8 @@ def _cuda_checkpoint_loss(
     else:
         lens = torch.cat(lengths)
     radius = band_radius(N, M, opts.bandwidth)
-    return _cuda_module().softdtw_sqeuclidean(x, y, opts.gamma, radius, 0, True, lens, True)
+    padded = lengths is not None
+    return _cuda_module().softdtw_sqeuclidean(x, y, opts.gamma, radius, 0, True, lens, True, padded)
 
 
 def _pair_loss(

@@ -386,6 +386,7 @@ def softdtw_sqeuclidean(
     fused: bool,
     lengths: torch.Tensor | None = None,
     checkpoint: bool = False,
+    padded: bool = True,
 ) -> torch.Tensor:
     """Squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,), differentiable wrt x
     and y: ``fused``, the distances parked in the weights buffer (or, without gradients,
@@ -395,7 +396,8 @@ def softdtw_sqeuclidean(
     sums from the DP backward kernel).  ``lengths``, ``lo``, ``hi``: as
     :func:`softdtw_cost`'s; what x and y hold past the lengths is never used: the kernels'
     copies are zeroed there first (inside the captured work, so a replayed graph pays no host
-    time for it), and the gradients there are 0.  ``checkpoint`` (with ``lengths``,
+    time for it; ``padded=False``: lengths that are all N and M, nothing to zero), and the
+    gradients there are 0.  ``checkpoint`` (with ``lengths``,
     ``fused``): the checkpointed mode, which stores no weights
     (:func:`sdtw.cuda._launch.checkpoint_grads`).
 
@@ -408,7 +410,7 @@ def softdtw_sqeuclidean(
     dtype = _kernel_dtype(x).dtype
 
     def compute(xk: torch.Tensor, yk: torch.Tensor, lens: torch.Tensor | None = None) -> tuple:
-        if lens is not None:  # (out of place: xk may be the caller's own tensor)
+        if lens is not None and padded:  # (out of place: xk may be the caller's own tensor)
             B = xk.shape[0]
             xk, yk = _zero_past(xk, lens[:B]), _zero_past(yk, lens[B:])
         if checkpoint and (need_x or need_y):
@@ -417,7 +419,7 @@ def softdtw_sqeuclidean(
             return out, _as(gx, sdt) if need_x else None, _as(gy, sdt) if need_y else None
         return _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y, lens)
 
-    params = (gamma, lo, hi, fused, need_x, need_y, checkpoint)
+    params = (gamma, lo, hi, fused, need_x, need_y, checkpoint, padded)
     if lengths is None:
         done = _graphs.call((x, y), params, (dtype, dtype), compute)
     else:
