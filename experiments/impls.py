@@ -390,6 +390,8 @@ def _ours(
     ``memory``: the ``memory`` argument; ``lengths``: on a padded batch, :func:`padded_lengths`),
     and its own barycenter solver."""
     device = "cuda" if backend == "cuda" else "any"
+    if nograph and (memory != "auto" or lengths):  # (the nograph loss takes neither)
+        raise ValueError(f"{name}: nograph takes no memory or lengths")
     loss = _sdtw_nograph(fused) if nograph else _sdtw(fused, backend, memory, lengths)
     solve = _sdtw_barycenter(fused, backend)
     pairs = padded_lengths if lengths else None

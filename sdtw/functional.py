@@ -410,7 +410,10 @@ def softdtw(
         ``1 <= y_lengths[b] <= M`` (None: all N, or all M).  Pair b's value is that of
         ``x[b, :x_lengths[b]]`` and ``y[b, :y_lengths[b]]``; its band follows those lengths,
         ``normalize`` uses them in the self terms, what the padding holds never matters (NaN
-        included) and the gradient there is exactly 0.  Lengths on a CUDA device are checked
+        included) and the gradient there is exactly 0 (for a finite upstream gradient: the
+        CUDA squared-Euclidean path scales its zeros by it, so a pair whose upstream gradient
+        is NaN or inf gets NaN there too, as everywhere else in that pair's gradient; the
+        other paths keep 0).  Lengths on a CUDA device are checked
         with one read back to the host (pass them on the CPU to avoid that sync).
     memory : {"auto", "full", "checkpoint"}
         ``"full"``: the backward's per-cell state is stored (the fastest where it fits);

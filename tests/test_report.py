@@ -395,10 +395,18 @@ def test_beyond_targets_follow_their_rules() -> None:
         row("memory", "checkpoint / full", 32, 2048, "ratio", 1.2),
         row("memory", "checkpoint", 1, 65536, "peak_MiB", 900),
         row("memory", "checkpoint", 1, 65536, "ms", 600),
+        row("lengths", "padded-vs-unpadded-pairs", 512, 512, "max_rel_err", 3e-8),
+        row("lengths", "padded-vs-unpadded-pairs", 32, 512, "max_rel_err", 3e-8),
+        row("memory", "checkpoint-vs-full", 32, 2048, "grad_rel_err", 6e-8),
+        row("memory", "checkpoint-vs-full", 1, 65536, "grad_rel_err", 6e-8),
     ]
     got = [t.met for t in targets(rows)]
     assert got == [False, True, True, False, None]
     rows[1]["value"] = "0.99"
-    rows[-1]["value"] = "400"
+    rows[6]["value"] = "400"
     assert [t.met for t in targets(rows)] == [True, True, True, True, None]
+    # a fast wrong answer meets nothing
+    rows[7]["value"] = "0.1"
+    rows[9]["value"] = "0.1"
+    assert [t.met for t in targets(rows)] == [False, False, False, True, None]
     assert [t.met for t in targets([])] == [None] * 5
