@@ -248,6 +248,14 @@ def check_one_lengths(name: str, lengths: object, B: int, size: int) -> tuple[to
     return t, lo == size
 
 
+def zero_padding(t: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """``t`` (B, L, D) with the steps from each pair's length on set to 0, a new tensor: what
+    the padding holds (NaN, inf) then never reaches a value or a gradient (E is 0 there, but
+    0 x NaN is NaN), and through autograd the gradient there is exactly 0 (masked_fill's)."""
+    steps = torch.arange(t.shape[1], device=t.device)
+    return t.masked_fill((steps[None, :] >= lengths[:, None]).unsqueeze(-1), 0)
+
+
 def check_lengths(
     x_lengths: object, y_lengths: object, B: int, N: int, M: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor] | None:

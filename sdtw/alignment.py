@@ -16,8 +16,9 @@ from collections.abc import Callable
 import torch
 
 from sdtw import _validation as V
+from sdtw._validation import zero_padding
 from sdtw.distances import pairwise
-from sdtw.functional import Options, _cost_loss, _zero_padding, resolve_backend
+from sdtw.functional import Options, _cost_loss, resolve_backend
 
 __all__ = ["alignment"]
 
@@ -63,7 +64,7 @@ def alignment(
     name = resolve_backend(opts.backend, x.device)
     x, y = x.detach(), y.detach()
     if lengths is not None:
-        x, y = _zero_padding(x, lengths[0]), _zero_padding(y, lengths[1])
+        x, y = zero_padding(x, lengths[0]), zero_padding(y, lengths[1])
     with torch.enable_grad():
         # (the CPU backends compute in float64 anyway, as softdtw does)
         a, b = (x, y) if name == "cuda" or callable(opts.dist) else (x.double(), y.double())

@@ -284,14 +284,6 @@ def _pair_loss(
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
-def _zero_padding(t: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """``t`` (B, L, D) with the steps past each pair's length set to 0: what the padding
-    holds (NaN, inf) then never reaches a value or a gradient, and the gradient there is
-    exactly 0 (masked_fill's)."""
-    steps = torch.arange(t.shape[1], device=t.device)
-    return t.masked_fill((steps[None, :] >= lengths[:, None]).unsqueeze(-1), 0)
-
-
 def _autocast_on(t: object) -> bool:
     """Whether autocast is on for ``t``'s device type (a tensor; anything else: no)."""
     if not isinstance(t, torch.Tensor) or t.device.type not in ("cpu", "cuda"):
@@ -329,7 +321,7 @@ def softdtw_options(
     if lengths is not None:
         xl, yl = lengths
         if not (name == "cuda" and opts.dist == "sqeuclidean"):  # (those kernels zero it)
-            x, y = _zero_padding(x, xl), _zero_padding(y, yl)
+            x, y = V.zero_padding(x, xl), V.zero_padding(y, yl)
     if not opts.normalize:
         out = _pair_loss(x, y, opts, name, lengths)
     elif N == M:

@@ -82,6 +82,7 @@ from torch.autograd.function import once_differentiable
 
 from sdtw._autograd import refuse_second_order
 from sdtw._sqeuclidean import sqeuclidean_grads
+from sdtw._validation import zero_padding
 from sdtw.cuda import _graphs, _private, _tc_grads, config, policy
 from sdtw.cuda._graphs import clear_graphs, graphs_enabled, set_graphs
 from sdtw.cuda.config import CONFIG
@@ -412,7 +413,7 @@ def softdtw_sqeuclidean(
     def compute(xk: torch.Tensor, yk: torch.Tensor, lens: torch.Tensor | None = None) -> tuple:
         if lens is not None and padded:  # (out of place: xk may be the caller's own tensor)
             B = xk.shape[0]
-            xk, yk = _zero_past(xk, lens[:B]), _zero_past(yk, lens[B:])
+            xk, yk = zero_padding(xk, lens[:B]), zero_padding(yk, lens[B:])
         if checkpoint and (need_x or need_y):
             out, gx, gy = _launcher_module().checkpoint_grads(xk, yk, gamma, lo, lens)
             sdt = _launcher_module().storage_dtype(xk.dtype)
@@ -431,14 +432,6 @@ def softdtw_sqeuclidean(
     if not need:
         return out
     return _PairFunction.apply(x, y, (out, done[1]))
-
-
-def _zero_past(t: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """``t`` (B, L, D) with the steps from each pair's length on set to 0 (a new tensor): the
-    fused distances and the gradients from E then meet no NaN or inf of the padding (E is 0
-    there, but 0 x NaN is NaN)."""
-    steps = torch.arange(t.shape[1], device=t.device)
-    return t.masked_fill((steps[None, :] >= lengths[:, None]).unsqueeze(-1), 0)
 
 
 def _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y, lengths=None) -> tuple:
