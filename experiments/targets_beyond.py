@@ -27,13 +27,13 @@ import argparse
 import csv
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 import sdtw
 from experiments.provenance import provenance
+from experiments.timing import time_ms
 
 FIELDS = ["part", "case", "B", "N", "M", "D", "metric", "value", "note"]
 
@@ -88,20 +88,7 @@ def timed(step, device: str, reps: int = 5, warm: int = 2) -> tuple[float, float
         step()
         torch.cuda.synchronize()
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
-    times = []
-    for _ in range(reps):
-        if device == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            step()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b))
-        else:
-            t = time.perf_counter()
-            step()
-            times.append(1e3 * (time.perf_counter() - t))
-    return statistics.median(times), peak
+    return statistics.median(time_ms(step, device) for _ in range(reps)), peak
 
 
 def _loss_step(x, y, **kw):

@@ -13,8 +13,6 @@ Usage::
 
 from __future__ import annotations
 
-import statistics
-
 import torch
 
 from experiments import probes
@@ -28,21 +26,6 @@ def _step(x, y, **kw):
         sdtw.softdtw(xr, y, backend="cuda", **kw).sum().backward()
 
     return step
-
-
-def _median_ms(step, reps: int = 30) -> float:
-    for _ in range(5):
-        step()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        step()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,7 +57,7 @@ def _probe(B: int, N: int, D: int) -> None:
     for graphs in (True, False):
         sdtw.cuda.set_graphs(graphs)
         for name, kw in cases.items():
-            ms = _median_ms(_step(x, y, **kw))
+            ms = probes.median_ms(_step(x, y, **kw), 30)
             print(f"B={B} N={N} D={D} graphs={'on' if graphs else 'off'} {name}: {ms:.3f} ms")
     sdtw.cuda.set_graphs(False)
     from torch.profiler import ProfilerActivity, profile
