@@ -238,15 +238,10 @@ def _cuda_checkpoint_loss(
             f"it needs dist='sqeuclidean' and fused=None or True; got dist={opts.dist!r}, "
             f"fused={opts.fused!r}"
         )
-    B, N, M = x.shape[0], x.shape[1], y.shape[1]
-    if lengths is None:
-        full = torch.tensor([N] * B + [M] * B, dtype=torch.int64)
-        lens = full.to(x.device, non_blocking=True)
-    else:
-        lens = torch.cat(lengths)
-    radius = band_radius(N, M, opts.bandwidth)
-    padded = lengths is not None
-    return _cuda_module().softdtw_sqeuclidean(x, y, opts.gamma, radius, 0, True, lens, True, padded)
+    N, M = x.shape[1], y.shape[1]
+    lens = None if lengths is None else torch.cat(lengths)
+    radius = band_radius(N, M, opts.bandwidth)  # (the lengths kernels' band, as with lengths)
+    return _cuda_module().softdtw_sqeuclidean(x, y, opts.gamma, radius, 0, True, lens, True)
 
 
 def _pair_loss(

@@ -387,7 +387,6 @@ def softdtw_sqeuclidean(
     fused: bool,
     lengths: torch.Tensor | None = None,
     checkpoint: bool = False,
-    padded: bool = True,
 ) -> torch.Tensor:
     """Squared-Euclidean soft-DTW of x (B, N, D), y (B, M, D) -> (B,), differentiable wrt x
     and y: ``fused``, the distances parked in the weights buffer (or, without gradients,
@@ -397,10 +396,9 @@ def softdtw_sqeuclidean(
     sums from the DP backward kernel).  ``lengths``, ``lo``, ``hi``: as
     :func:`softdtw_cost`'s; what x and y hold past the lengths is never used: the kernels'
     copies are zeroed there first (inside the captured work, so a replayed graph pays no host
-    time for it; ``padded=False``: lengths that are all N and M, nothing to zero), and the
-    gradients there are 0.  ``checkpoint`` (with ``lengths``,
-    ``fused``): the checkpointed mode, which stores no weights
-    (:func:`sdtw.cuda._launch.checkpoint_grads`).
+    time for it), and the gradients there are 0.  ``checkpoint`` (with ``fused``; ``lo``
+    a radius as with ``lengths``, which default to all N and M): the checkpointed mode, which
+    stores no weights (:func:`sdtw.cuda._launch.checkpoint_grads`).
 
     All the GPU work is queued before autograd's ``Function.apply`` (which only attaches the
     values and the gradients): the host time of ``apply`` then overlaps the kernels instead
@@ -411,16 +409,20 @@ def softdtw_sqeuclidean(
     dtype = _kernel_dtype(x).dtype
 
     def compute(xk: torch.Tensor, yk: torch.Tensor, lens: torch.Tensor | None = None) -> tuple:
-        if lens is not None and padded:  # (out of place: xk may be the caller's own tensor)
-            B = xk.shape[0]
+        B = xk.shape[0]
+        if lens is not None:  # (out of place: xk may be the caller's own tensor)
             xk, yk = zero_padding(xk, lens[:B]), zero_padding(yk, lens[B:])
+        if checkpoint and lens is None:
+            # (checkpoint calls take the lengths kernels, band as a radius: all N and M here)
+            lens = torch.full((2 * B,), xk.shape[1], dtype=torch.int64, device=xk.device)
+            lens[B:] = yk.shape[1]
         if checkpoint and (need_x or need_y):
             out, gx, gy = _launcher_module().checkpoint_grads(xk, yk, gamma, lo, lens)
             sdt = _launcher_module().storage_dtype(xk.dtype)
             return out, _as(gx, sdt) if need_x else None, _as(gy, sdt) if need_y else None
         return _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y, lens)
 
-    params = (gamma, lo, hi, fused, need_x, need_y, checkpoint, padded)
+    params = (gamma, lo, hi, fused, need_x, need_y, checkpoint)
     if lengths is None:
         done = _graphs.call((x, y), params, (dtype, dtype), compute)
     else:
