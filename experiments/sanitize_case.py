@@ -33,12 +33,16 @@ class Case(NamedTuple):
     dtype: torch.dtype
     tiled: bool = False
     sweep: bool = False
+    lengths: bool = False
+    checkpoint: bool = False
 
     def label(self) -> str:
         kind = "fused" if self.fused else "unfused"
         dt = str(self.dtype).removeprefix("torch.")
         extra = ", tiled forced" if self.tiled else ""
         extra += ", gradients in the sweep" if self.sweep else ""
+        extra += ", per-pair lengths" if self.lengths else ""
+        extra += ", checkpointed" if self.checkpoint else ""
         return f"{'movers' if self.two else 'one warp'}, {kind}, D={self.D}, {dt}{extra}"
 
     def forced(self) -> dict:
@@ -72,22 +76,38 @@ def cases(only_mover: bool = False) -> list[Case]:
         Case(True, fused, D, torch.float32, sweep=True)
         for fused, D in ((True, 5), (False, 5), (True, 8), (True, 12), (False, 16))
     ]
+    # the per-pair lengths kernels (fused, unfused, float64) and the checkpointed mode's
+    # recompute kernels, alone and with lengths, each with one warp and with the movers
+    for two in (False, True):
+        out += [
+            Case(two, True, 5, torch.float32, lengths=True),
+            Case(two, False, 5, torch.float32, lengths=True),
+            Case(two, True, 20, torch.float64, lengths=True),
+            Case(two, True, 20, torch.float32, checkpoint=True),
+            Case(two, True, 5, torch.float64, checkpoint=True),
+            Case(two, True, 5, torch.float32, lengths=True, checkpoint=True),
+        ]
     return out
 
 
 def run(case: Case) -> None:
     """A step with gradients and a forward without them, on fresh inputs (B = 2, N = 70,
-    M = 45, band 30, gamma 0.1), under the case's overrides."""
+    M = 45, band 30, gamma 0.1; lengths (70, 33) and (45, 20) in the lengths cases), under the
+    case's overrides."""
     import sdtw
     from sdtw.cuda.config import overrides
 
     with overrides(**case.forced()):
         x = torch.randn(2, 70, case.D, device="cuda", dtype=case.dtype, requires_grad=True)
         y = torch.randn(2, 45, case.D, device="cuda", dtype=case.dtype, requires_grad=True)
-        loss = sdtw.softdtw(x, y, gamma=0.1, fused=case.fused, bandwidth=30, backend="cuda")
-        loss.sum().backward()
+        kw = dict(gamma=0.1, fused=case.fused, bandwidth=30, backend="cuda")
+        if case.lengths:
+            kw.update(x_lengths=[70, 33], y_lengths=[45, 20])
+        if case.checkpoint:
+            kw.update(memory="checkpoint")
+        sdtw.softdtw(x, y, **kw).sum().backward()
         with torch.no_grad():
-            sdtw.softdtw(x, y, gamma=0.1, fused=case.fused, bandwidth=30, backend="cuda")
+            sdtw.softdtw(x, y, **kw)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,7 +16,9 @@ with :func:`sdtw.cuda.config.overrides`.
 * :mod:`~experiments.probes.memory` -- a training step's peak memory, split into forward and
   backward;
 * :mod:`~experiments.probes.lengths` -- a padded batch's step against the same batch at full
-  length, library graphs on and off, and where the difference goes (torch.profiler).
+  length, library graphs on and off, and where the difference goes (torch.profiler);
+* :mod:`~experiments.probes.step` -- an eager training step's wall time, host work included,
+  graphs on and off (``experiments/ab.sh`` compares two versions' launch paths with it).
 
 This module holds what they share: the command line, the GPU check, inputs and the timer.
 """
