@@ -296,9 +296,9 @@ def test_processes_figure_skips_without_its_csvs(tmp_path: Path, capsys) -> None
     """A results folder without ``targets-processes/`` draws nothing and says so."""
     pytest.importorskip("matplotlib")
     from experiments.load import Results
-    from figures import make_figures
+    from figures.timings import figure_processes
 
-    assert make_figures.figure_processes(Results(tmp_path), tmp_path / "out") == []
+    assert figure_processes(Results(tmp_path), tmp_path / "out") == []
     assert "SKIPPED" in capsys.readouterr().out
 
 
@@ -306,9 +306,9 @@ def test_tc_grads_figure_skips_without_its_csv(tmp_path: Path, capsys) -> None:
     """A results folder without ``tc-grads-align/gradsizes.csv`` draws nothing and says so."""
     pytest.importorskip("matplotlib")
     from experiments.load import Results
-    from figures import make_figures
+    from figures.timings import figure_tc_grads
 
-    assert make_figures.figure_tc_grads(Results(tmp_path), tmp_path / "out") == []
+    assert figure_tc_grads(Results(tmp_path), tmp_path / "out") == []
     assert "SKIPPED" in capsys.readouterr().out
 
 
@@ -327,9 +327,9 @@ def test_beyond_figure_draws_memory_and_lengths(tmp_path: Path, capsys) -> None:
     (rows made up here, in the harness's columns), the padded-batch ratios it draws are
     those of the rows, and a point that did not fit is named, not drawn."""
     pytest.importorskip("matplotlib")
-    from figures import make_figures
+    from figures.beyond import figure_beyond, lengths_ratios
 
-    assert make_figures.figure_beyond(Results(tmp_path), tmp_path / "out") == []
+    assert figure_beyond(Results(tmp_path), tmp_path / "out") == []
     assert "SKIPPED" in capsys.readouterr().out
     common = {"mode": "forward+backward", "D": 64, "M": 0, "gamma": 1, "dtype": "float32",
               "metric": "time_ms", "gpu": "test GPU", "git_sha": "0" * 40}  # fmt: skip
@@ -349,11 +349,11 @@ def test_beyond_figure_draws_memory_and_lengths(tmp_path: Path, capsys) -> None:
     _write_rows(tmp_path / "memory.csv", memory)
     _write_rows(tmp_path / "lengths.csv", lengths)
     results = Results(tmp_path)
-    paths = make_figures.figure_beyond(results, tmp_path / "out")
+    paths = figure_beyond(results, tmp_path / "out")
     assert sorted(p.name for p in paths) == ["beyond.pdf", "beyond.png"]
-    ratios = make_figures.lengths_ratios(results, "sdtw-fused", "sdtw-fused-lengths")
+    ratios = lengths_ratios(results, "sdtw-fused", "sdtw-fused-lengths")
     assert ratios == [("B=512\nN=512", 0.5), ("B=32\nN=1024", 0.7)]
-    assert make_figures.lengths_ratios(results, "sdtw-unfused", "sdtw-unfused-lengths") == []
+    assert lengths_ratios(results, "sdtw-unfused", "sdtw-unfused-lengths") == []
 
 
 def test_tc_grads_points_follow_the_settings() -> None:
@@ -361,7 +361,7 @@ def test_tc_grads_points_follow_the_settings() -> None:
     above), the hinted series only where D is a multiple of 4, and D multiples of 16 in
     both Triton series (one kernel there)."""
     pytest.importorskip("matplotlib")
-    from figures import make_figures
+    from figures.timings import _tc_points
 
     def row(D, impl, us):
         return {"B": "32", "N": "512", "M": "512", "D": str(D), "impl": impl, "us": str(us)}
@@ -372,7 +372,7 @@ def test_tc_grads_points_follow_the_settings() -> None:
             row(17, "triton-settings-rule", 7),
             row(8, "cublas-float32", 8), row(8, "cublas-float32", 9),
             {**row(24, "triton-small", 99), "N": "2048", "M": "2048"}]  # fmt: skip
-    p = make_figures._tc_points(rows)
+    p = _tc_points(rows)
     assert p["hint"] == {24: 1.0, 72: 5.0, 32: 6.0}
     assert p["plain"] == {24: 3.0, 32: 6.0, 17: 7.0}
     assert p["cublas"] == {8: 9.0}
