@@ -60,8 +60,9 @@ ITERATION = "barycenter-adam"
 EARLY_STOP = "barycenter-adam-early-stop"
 NO_EARLY_STOP = "barycenter-adam-max-iter"
 BARYCENTER_MODES = (ITERATION, EARLY_STOP, NO_EARLY_STOP)
-#: Folder of one ``targets-run<R>-process<P>.csv`` per fresh device process (the eager
-#: N = 512 step of issue 3), inside a results folder.
+#: Folder of one ``<date>-process<P>.csv`` per fresh device process (the eager N = 512 step
+#: of issue 3), inside a results folder: ``<date>`` the day measured (``YYYY-MM-DD``), ``<P>``
+#: the process's place in that day (1, 2, ...); the GPU, commit and time are in the rows.
 PROCESSES = "targets-processes"
 #: The Triton gradients' timings against D, inside a results folder.
 TC_GRAD_SIZES = "tc-grads-align/gradsizes.csv"
@@ -152,15 +153,15 @@ class Results:
             out[column] = " / ".join(sorted({r[column] for r in rows}))
         return out
 
-    def processes(self) -> list[tuple[int, int, list[Row]]]:
-        """(run, process, rows) of each ``<PROCESSES>/targets-run<R>-process<P>.csv``, in run
-        then process order; empty when the folder is absent."""
+    def processes(self) -> list[tuple[str, int, list[Row]]]:
+        """(date, process, rows) of each ``<PROCESSES>/<date>-process<P>.csv``, in date then
+        process order; empty when the folder is absent."""
 
-        def key(path: Path) -> tuple[int, int]:
-            run, process = path.stem.removeprefix("targets-run").split("-process")
-            return int(run), int(process)
+        def key(path: Path) -> tuple[str, int]:
+            date, process = path.stem.rsplit("-process", 1)
+            return date, int(process)
 
-        paths = sorted((self.folder / PROCESSES).glob("targets-run*-process*.csv"), key=key)
+        paths = sorted((self.folder / PROCESSES).glob("*-process*.csv"), key=key)
         return [(*key(path), _read(path)) for path in paths]
 
     def tc_grad_sizes(self) -> list[Row] | None:

@@ -27,7 +27,7 @@ def figure_processes(results: Results, out: Path) -> list[Path]:
     """The eager N = 512 step (B = 32, D = 64) in each fresh device process of
     ``targets-processes/``: synchronised medians with their p20-p80 and back-to-back
     medians, fused and unfused, against the 0.5 ms target."""
-    runs = [(f"run {run}\n#{process}", rows) for run, process, rows in results.processes()]
+    runs = [(f"{date}\n#{process}", rows) for date, process, rows in results.processes()]
     if not runs:
         print(f"targets-processes: SKIPPED — no {PROCESSES}/*.csv in the results folder")
         return []

@@ -302,6 +302,22 @@ def test_processes_figure_skips_without_its_csvs(tmp_path: Path, capsys) -> None
     assert "SKIPPED" in capsys.readouterr().out
 
 
+def test_processes_are_read_by_day_then_process(tmp_path: Path) -> None:
+    """``targets-processes/<date>-process<P>.csv``: in date then process order (process 10
+    after 9), no run numbers in the names; the committed folder follows the scheme."""
+    from experiments.load import PROCESSES
+
+    folder = tmp_path / PROCESSES
+    folder.mkdir()
+    for stem in ("2026-12-04-process1", "2026-12-03-process10", "2026-12-03-process9"):
+        (folder / f"{stem}.csv").write_text("impl,N\nsdtw-fused,512\n")
+    got = [(date, process) for date, process, _ in Results(tmp_path).processes()]
+    assert got == [("2026-12-03", 9), ("2026-12-03", 10), ("2026-12-04", 1)]
+    committed = Results(RESULTS).processes()
+    assert committed, f"no {PROCESSES}/<date>-process<P>.csv in {RESULTS}"
+    assert all(re.fullmatch(r"\d{4}-\d{2}-\d{2}", date) for date, _, _ in committed)
+
+
 def test_tc_grads_figure_skips_without_its_csv(tmp_path: Path, capsys) -> None:
     """A results folder without ``tc-grads-align/gradsizes.csv`` draws nothing and says so."""
     pytest.importorskip("matplotlib")
