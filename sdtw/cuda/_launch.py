@@ -8,6 +8,7 @@ signature, Numba's own launch where that is unavailable).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import torch
@@ -129,6 +130,48 @@ def _boundary(
     return tuple(View(hand, (n,), k * n) for k in range(count))
 
 
+# E's seed.  A pair whose value is +inf (no finite path: +inf costs or a band block every
+# path, or its sum overflows float64) has E = 0, as the CPU's backward has (it skips every
+# cell whose R is +inf).  The CUDA backward sees only the stored weights, where such a pair's
+# last cell looks like a reachable one (weights (0, 0), p_left = 1, where no predecessor is
+# finite; its soft-min weights where its own cost is +inf), so a seed E[N-1, M-1] = 1 went on
+# along the last row or into the finite cells.  The seed is therefore the upstream gradient
+# where the forward's value of the last cell is not +inf and 0 where it is, made right after
+# the forward from its float64 R (the value returned would not do: in float32 or float16 it is
+# +inf for finite float64 values past that dtype's range too) and kept with the weights.
+# (The checkpointed backward recomputes R, and zeroes E where it is +inf in the kernel.)
+
+
+def _weights(B: int, N: int, M: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``P`` (B, 2, N, M) for the forward's weights, its storage followed by the pairs' seed
+    factors (:func:`_seeds`): one allocation."""
+    buf = torch.empty(B * (2 * N * M + 1), dtype=dtype, device=device)
+    return buf[: B * 2 * N * M].view(B, 2, N, M)
+
+
+def _seeds(P: torch.Tensor) -> torch.Tensor:
+    """The (B,) seed factors after ``P``'s weights (:func:`_weights`): 1 for a pair whose value
+    is finite or NaN, 0 where it is +inf."""
+    return P.as_strided((P.shape[0],), (1,), P.storage_offset() + P.numel())
+
+
+def _finite_values(
+    Rb: View, B: int, N: int, M: int, lengths: torch.Tensor | None, out: torch.Tensor
+) -> None:
+    """Into ``out`` (B,): 0 where the forward's R of the pair's last cell is +inf, else 1.  Read
+    from the forward's boundary buffer ``Rb``, where the publishing lane of each pair's last
+    band puts its row too (float64 bits, the kernels' scaled units: +inf alike).  One op
+    without ``lengths``."""
+    nb = -(-N // K.TB)
+    rows = Rb.t.view(torch.float64)[Rb.offset : Rb.offset + B * nb * (M + 1)].view(B, -1)
+    if lengths is None:
+        last = rows[:, (nb - 1) * (M + 1) + M - 1]
+    else:  # row n - 1 is band (n - 1) // TB's last
+        band = torch.div(lengths[:B] - 1, K.TB, rounding_mode="floor")
+        last = rows.gather(1, band.mul_(M + 1).add_(lengths[B:] - 1).view(B, 1)).view(B)
+    torch.ne(last, math.inf, out=out)
+
+
 def _forward_key(mode: str, fast: bool, mover: bool, lengths: bool) -> tuple:
     """The launcher key of a forward spec (the plain spec's key where no lengths)."""
     if lengths:
@@ -162,7 +205,8 @@ def forward(
     ----------
     a : (B, N, M) cost (unfused, ``y is None``) or (B, N, D) x (fused); float32 or float64.
     y : (B, M, D) or None.
-    store : keep the weights ``P`` (B, 2, N, M) for a backward pass.
+    store : keep the weights ``P`` (B, 2, N, M) for a backward pass (and after them, in the
+        same storage, the pairs' seeds of E: :func:`_seeds`).
     spare : also make the backward's boundary buffer, in the same fill.
     lengths : the pairs' own lengths, int64 (2 B,) on the device (x's, then y's), or None
         (all N and M); with them ``lo`` is the band's radius (-1: none) and ``hi`` unused:
@@ -197,7 +241,7 @@ def forward(
     fast = sdt == torch.float32
     streams = _stream(dev)
     if store:
-        P = torch.empty((B, 2, N, M), dtype=sdt, device=dev)
+        P = _weights(B, N, M, sdt, dev)
     else:
         P = _placeholder((2,), sdt, dev)  # not written without ``store``
     mode = policy.forward_mode(fused, fast, store, SIMULATED)
@@ -223,6 +267,8 @@ def forward(
         p_arg, bufs[0], out, store,
     )  # fmt: skip
     launch_counts["forward"] += 1
+    if store:
+        _finite_values(bufs[0], B, N, M, lengths, _seeds(P))
     return out, (P if store else None), (bufs[1] if spare else None)
 
 
@@ -234,7 +280,8 @@ def backward(
     mover: bool | None = None,
     lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Overwrite ``P[:, 1]`` with ``E * grad_out`` (``None``: ones); return that view
+    """Overwrite ``P[:, 1]`` with ``E * grad_out`` (``None``: ones; E = 0 for a pair whose value
+    is +inf, whatever its upstream gradient: :func:`_seeds`); return that view
     (B, N, M) and, if ``sums``, its row and column sums as one (B, N + M, 1) tensor in
     ``P``'s dtype (else None; the trailing 1 saves the callers a view to broadcast them).
     ``Gb``: a boundary buffer from :func:`_boundary` (None: one is made here, with
@@ -245,12 +292,12 @@ def backward(
     nb = -(-N // K.TB)
     if Gb is None:
         (Gb,) = _boundary(B, nb, M, dev, lengths=lengths)
-    if grad_out is None:
-        g = _constant((B,), 1.0, P.dtype, dev)
-    else:
-        g = grad_out.detach()
-        if g.dtype not in (torch.float32, torch.float64):
-            g = g.double()
+    g = _seeds(P)
+    if grad_out is not None:
+        go = grad_out.detach()
+        if go.dtype not in (torch.float32, torch.float64):
+            go = go.double()
+        g = torch.where(g == 0, 0.0, go)  # (0 there even for a NaN or inf upstream gradient)
     if sums:
         S = torch.zeros((B, N + M, 1), dtype=P.dtype, device=dev)
         s_arg = View(S, (B, N + M))
@@ -300,12 +347,12 @@ def backward_grads(
     Gb: View | None = None,
     lengths: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The gradients of each pair's value (upstream gradient 1) wrt contiguous float32 x
-    (B, N, D) and y (B, M, D) (``D <= 16``) from the forward's weights ``P`` (B, 2, N, M)
-    (which are read, not written) in one backward launch: the gradient warp multiplies each
-    chunk of E on the tensor cores during the sweep (:mod:`sdtw.cuda.kernels.sweep`); E never
-    goes to memory.  Returns (B, N, D) and (B, M, D) float32 (zero past ``lengths``, as the
-    forward's)."""
+    """The gradients of each pair's value (upstream gradient 1; 0 where the value is +inf)
+    wrt contiguous float32 x (B, N, D) and y (B, M, D) (``D <= 16``) from the forward's
+    weights ``P`` (B, 2, N, M) (which are read, not written) in one backward launch: the
+    gradient warp multiplies each chunk of E on the tensor cores during the sweep
+    (:mod:`sdtw.cuda.kernels.sweep`); E never goes to memory.  Returns (B, N, D) and
+    (B, M, D) float32 (zero past ``lengths``, as the forward's)."""
     B, _, N, M = P.shape
     D = x.shape[2]
     dev = P.device
@@ -317,7 +364,7 @@ def backward_grads(
     # (with lengths, bands past a pair's rows leave without writing theirs)
     gx = torch.empty_like(x) if lengths is None else torch.zeros_like(x)
     gy = torch.zeros_like(y)  # (the bands add their shares)
-    g = _constant((B,), 1.0, P.dtype, dev)
+    g = _seeds(P)
     none = _placeholder((1, 1), P.dtype, dev)  # no sums
     _launcher(*_backward_key(True, True, K.sweep_tiles(D), lengths is not None))(
         B * nb, K.threads(True), _stream(dev), flat(P), N, M, g, Gb, none,

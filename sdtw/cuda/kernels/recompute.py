@@ -23,7 +23,10 @@ the DP backward's, and a band waits only for the band below.  Per tile, right to
    ``E[i, j] = E[i, j+1] p_left(i, j+1) + E[i+1, j] p_up(i+1, j) + E[i+1, j+1] p_diag(i+1, j+1)``
    with the tile to the right (its left column, carried) and the band below (its hand-over
    ``v(j) = E[i0, j] p_up(i0, j) + E[i0, j+1] p_diag(i0, j+1)`` of its top row, polled from the
-   boundary buffer) as inflows; lane 0 publishes this band's ``v`` for the band above;
+   boundary buffer) as inflows; lane 0 publishes this band's ``v`` for the band above; E = 0
+   at a cell whose R is +inf, as in the CPU's backward (the last cell's too: a pair with no
+   finite path gets no gradient, and no rounding of ``p_left = 1 - p_diag - p_up`` leaks E
+   into a cell that no finite path reaches);
 4. the tile's shares of the gradients: ``g_x[i] += 2 sum_j E[i, j] (x_i - y_j)`` (the band's
    rows: no other block writes them) and ``g_y[j] += 2 sum_i E[i, j] (y_j - x_i)`` (atomics:
    every band adds to column j).
@@ -264,6 +267,8 @@ def build(spec: RecomputeSpec):
                     e = right + down
                     if i == Nb - 1 and jl + q == Mb - 1:
                         e = float64(gout[b])  # the last cell: E = the upstream gradient
+                    if Rt[r + 1, q + 1] == INF:
+                        e = 0.0  # an unreachable cell (R = +inf; out of the band too)
                     Et[r, q] = e
                     if r == 0 and k > 0:  # the hand-over to the band above
                         v0 = e * float64(Wu[0, q]) + Et[0, q + 1] * float64(Wd[0, q + 1])
