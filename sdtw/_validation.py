@@ -122,14 +122,6 @@ def _check_float_tensor(name: str, t: object) -> torch.Tensor:
     return t
 
 
-def _check_not_meta(name: str, t: torch.Tensor) -> None:
-    if t.device.type == "meta":
-        raise NotImplementedError(
-            f"{name} is on the 'meta' device (shape {tuple(t.shape)}): sdtw computes values, "
-            "it has no meta implementation"
-        )
-
-
 def check_sequences(x: object, y: object) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """Validate a pair of sequences; return them batched (B, N, D), (B, M, D).
 
@@ -155,7 +147,6 @@ def check_sequences(x: object, y: object) -> tuple[torch.Tensor, torch.Tensor, b
         raise ValueError(
             f"x and y must be on the same device; got x on {x.device}, y on {y.device}"
         )
-    _check_not_meta("x", x)
     if xs[0] != ys[0]:
         raise ValueError(
             f"batch sizes differ: x {tuple(xs)} has B={xs[0]}, y {tuple(ys)} has B={ys[0]}"
@@ -172,7 +163,6 @@ def check_sequences(x: object, y: object) -> tuple[torch.Tensor, torch.Tensor, b
 def check_cost(cost: object) -> tuple[torch.Tensor, bool]:
     """Validate a cost tensor (B, N, M) or (N, M); return it batched and the unbatched flag."""
     cost = _check_float_tensor("cost", cost)
-    _check_not_meta("cost", cost)
     if cost.dim() not in (2, 3):
         raise ValueError(f"cost must be (B, N, M) or (N, M), got {tuple(cost.shape)}")
     unbatched = cost.dim() == 2
@@ -205,7 +195,7 @@ def check_dist_result(cost: object, x: torch.Tensor, M: int) -> torch.Tensor:
     return cost
 
 
-def _lengths_tensor(name: str, lengths: object, B: int) -> torch.Tensor:
+def lengths_tensor(name: str, lengths: object, B: int) -> torch.Tensor:
     """``lengths`` as an int64 tensor (B,) on its own device (a sequence: on the CPU)."""
     if isinstance(lengths, torch.Tensor):
         t = lengths
@@ -213,7 +203,6 @@ def _lengths_tensor(name: str, lengths: object, B: int) -> torch.Tensor:
             raise TypeError(
                 f"{name} must hold integers, got a {t.dtype} tensor of shape {tuple(t.shape)}"
             )
-        _check_not_meta(name, t)
     else:
         if isinstance(lengths, (str, bytes)) or not isinstance(
             lengths, (numbers.Integral, list, tuple, np.ndarray, range)
@@ -236,7 +225,7 @@ def _lengths_tensor(name: str, lengths: object, B: int) -> torch.Tensor:
 def check_one_lengths(name: str, lengths: object, B: int, size: int) -> tuple[torch.Tensor, bool]:
     """One lengths argument (see :func:`check_lengths`): the int64 tensor (B,) on its own
     device, and whether every length is ``size``."""
-    t = _lengths_tensor(name, lengths, B)
+    t = lengths_tensor(name, lengths, B)
     if t.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         return t.clamp(1, size), False
     lo, hi = (int(v) for v in torch.stack([t.min(), t.max()]).tolist())

@@ -16,9 +16,8 @@ from collections.abc import Callable
 import torch
 
 from sdtw import _validation as V
-from sdtw._validation import zero_padding
-from sdtw.distances import pairwise
-from sdtw.functional import Options, _cost_loss, resolve_backend
+from sdtw import engine
+from sdtw.engine import Options, Pairs
 
 __all__ = ["alignment"]
 
@@ -60,17 +59,8 @@ def alignment(
         backend=backend,
     )
     B, N, M = x.shape[0], x.shape[1], y.shape[1]
-    lengths = V.check_lengths(x_lengths, y_lengths, B, N, M, x.device)
-    name = resolve_backend(opts.backend, x.device)
-    x, y = x.detach(), y.detach()
-    if lengths is not None:
-        x, y = zero_padding(x, lengths[0]), zero_padding(y, lengths[1])
-    with torch.enable_grad():
-        # (the CPU backends compute in float64 anyway, as softdtw does)
-        a, b = (x, y) if name == "cuda" or callable(opts.dist) else (x.double(), y.double())
-        cost = pairwise(a, b.to(a.dtype), opts.dist)
-        cost = cost.detach().requires_grad_()
-        values = _cost_loss(cost, opts, name, lengths)
-        (E,) = torch.autograd.grad(values.sum(), cost)
-    E = E.to(x.dtype)
+    pairs = Pairs.of(V.check_lengths(x_lengths, y_lengths, B, N, M, x.device))
+    with torch.no_grad():
+        plan = engine.plan_pairs(opts, x, y, pairs.x_lengths is not None, False)
+        E = engine.alignment_matrix(plan, x.detach(), y.detach(), pairs)
     return E[0] if unbatched else E

@@ -24,7 +24,7 @@ from sdtw import _validation as V
 from sdtw._sqeuclidean import sqeuclidean as _sqeuclidean_nograd
 from sdtw._sqeuclidean import sqeuclidean_grads
 
-__all__ = ["NAMES", "euclidean", "l1", "pairwise", "sqeuclidean"]
+__all__ = ["NAMES", "euclidean", "l1", "pairwise", "pairwise_vjp", "sqeuclidean"]
 
 #: The costs by name (``dist=`` of :func:`sdtw.softdtw`).
 NAMES = ("sqeuclidean", "euclidean", "l1")
@@ -86,3 +86,37 @@ def pairwise(x: torch.Tensor, y: torch.Tensor, dist: str | Callable) -> torch.Te
     if callable(dist):
         return V.check_dist_result(dist(x, y), x, y.shape[1])
     return _BY_NAME[dist](x, y)
+
+
+def pairwise_vjp(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dist: str,
+    cost: torch.Tensor,
+    E: torch.Tensor | None,
+    need_x: bool = True,
+    need_y: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The gradients of ``sum_bij E[b, i, j] C[b, i, j]`` wrt x and y for a named cost ``C =
+    pairwise(x, y, dist)`` (given as ``cost``), without autograd: the same formulas as the
+    costs' own backwards (:class:`_SqEuclidean`'s; ``torch.cdist``'s, which takes the
+    Euclidean gradient as 0 where ``x_i = y_j``).  None where not needed (or ``E`` is None).
+
+    .. math::  \\nabla_{x_i} = \\sum_j E_{ij} \\partial_{x_i} C(x_i, y_j),\\qquad
+               \\nabla_{y_j} = \\sum_i E_{ij} \\partial_{y_j} C(x_i, y_j)
+    """
+    if E is None or not (need_x or need_y):
+        return None, None
+    if dist == "sqeuclidean":
+        rows = E.sum(2, keepdim=True) if need_x else None
+        cols = E.sum(1).unsqueeze(2) if need_y else None
+        return sqeuclidean_grads(x, y, E, rows, cols, need_x, need_y)
+    p = 2.0 if dist == "euclidean" else 1.0
+    gx = gy = None
+    if need_x:
+        gx = torch.ops.aten._cdist_backward(E.contiguous(), x.contiguous(), y.contiguous(), p, cost)
+    if need_y:
+        gy = torch.ops.aten._cdist_backward(
+            E.mT.contiguous(), y.contiguous(), x.contiguous(), p, cost.mT.contiguous()
+        )
+    return gx, gy

@@ -4,17 +4,19 @@ with fake (meta) implementations, autograd formulas and autocast rules, so that
 ``torch.compile`` (``fullgraph=True``), ``torch.export`` and FakeTensor tracing see one opaque
 node per loss instead of Numba calls.
 
-The public functions (:func:`sdtw.softdtw`, :func:`sdtw.softdtw_from_cost`,
-:class:`sdtw.SoftDTW`) call these operators while torch compiles or exports
-(``torch.compiler.is_compiling()``), and the eager Python path otherwise (the operators cost
-host time per call that a small eager step would notice).  Both run the same kernels.
+The operators sit below the front door: their implementations validate the lengths' values
+(known only when the operator runs), plan and call the engine's value-and-gradient functions
+(:func:`sdtw.engine.pair_value_and_grads`, :func:`sdtw.engine.cost_value_and_grad`), which run
+no autograd.  The public functions (:func:`sdtw.softdtw`, :func:`sdtw.softdtw_from_cost`,
+:class:`sdtw.SoftDTW`) call them through :func:`pair_loss` / :func:`cost_loss` while torch
+compiles or exports, or for fake and meta tensors (:func:`traced`), and the engine directly
+otherwise (the operators cost host time per call that a small eager step would notice).
 
 Each operator returns the values and, where asked (``need_x``/``need_y``, ``need``), the
-gradients of each pair's value wrt its inputs, computed in the forward as the eager CUDA path
-does (a pair's value depends on its own inputs only, so the gradient of ``sum(values)`` is the
-stack of the pairs' gradients); the registered backward multiplies them by the upstream
-gradient of each pair.  Gradients not asked for come back as empty tensors.  A second
-derivative raises, as on the eager path (:mod:`sdtw._autograd`).
+gradients of each pair's value wrt its inputs (a pair's value depends on its own inputs only,
+so the gradient of ``sum(values)`` is the stack of the pairs' gradients); the registered
+backward multiplies them by the upstream gradient of each pair.  Gradients not asked for come
+back as empty tensors.  A second derivative raises, as on the eager path (:mod:`sdtw._autograd`).
 
 Under ``torch.autocast`` both run in float32 (as PyTorch's own losses do): float16/bfloat16
 inputs are cast to float32 first and the loss comes back in float32.
@@ -22,46 +24,38 @@ inputs are cast to float32 first and the loss comes back in float32.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
+from sdtw import _validation as V
+from sdtw import engine
 from sdtw._autograd import refuse_second_order
+from sdtw.engine import Options, Pairs
 
-__all__ = ["cost", "pair"]
+__all__ = ["cost", "cost_loss", "pair", "pair_loss", "traced"]
 
 #: ``fused`` as the schema takes it (an int): None, False, True.
 _FUSED = {None: -1, False: 0, True: 1}
 _FUSED_BACK = {v: k for k, v in _FUSED.items()}
 
+try:  # (torch's fake tensors: what FakeTensorMode and the compilers trace with)
+    from torch._subclasses.fake_tensor import is_fake as _is_fake
+except ImportError:  # pragma: no cover - depends on torch's version
 
-def encode_fused(fused: bool | None) -> int:
-    return _FUSED[fused]
-
-
-@contextlib.contextmanager
-def _inside(t: torch.Tensor):
-    """Autograd on inside an operator's implementation (the dispatcher excludes it there) and,
-    on CUDA, the library's graphs off (:class:`sdtw.cuda._graphs.suspended`: in a compiled
-    program the graphs are PyTorch's)."""
-    from sdtw.cuda._private import autograd_inside
-
-    with autograd_inside():
-        if t.is_cuda:
-            from sdtw.cuda._graphs import suspended
-
-            with suspended():
-                yield
-        else:
-            yield
+    def _is_fake(t: torch.Tensor) -> bool:
+        return type(t).__name__ == "FakeTensor"
 
 
-def _own(t: torch.Tensor) -> torch.Tensor:
-    """A gradient from ``torch.autograd.grad`` inside an operator, as this thread's allocation:
-    on CUDA the autograd engine runs the backward on its device thread, and PyTorch's cudagraph
-    trees route only the calling thread's allocations into their pool (``mode="reduce-overhead"``
-    rejects outputs from outside it)."""
-    return t.detach().clone() if t.is_cuda else t.detach()
+def traced(*ts: object) -> bool:
+    """Whether a call must go through the operators: torch compiles or exports, or an input is
+    a fake or meta tensor (no values to compute: the operators' fake implementations give the
+    shapes)."""
+    if torch.compiler.is_compiling():
+        return True
+    return any(isinstance(t, torch.Tensor) and (t.is_meta or _is_fake(t)) for t in ts)
+
+
+def _pairs(x_lengths, y_lengths, B: int, N: int, M: int, device: torch.device) -> Pairs:
+    return Pairs.of(V.check_lengths(x_lengths, y_lengths, B, N, M, device))
 
 
 @torch.library.custom_op("sdtw::pair", mutates_args=())
@@ -83,8 +77,6 @@ def pair(
     """Soft-DTW of x (B, N, D), y (B, M, D) -> (values (B,), grad_x (B, N, D) or (0,),
     grad_y (B, M, D) or (0,)): the gradients of each pair's value (upstream gradient 1).
     ``bandwidth <= 0``: no band; ``fused``: -1 None, 0 False, 1 True."""
-    from sdtw.functional import Options, softdtw_options
-
     opts = Options.make(
         gamma=gamma,
         bandwidth=bandwidth if bandwidth > 0 else None,
@@ -94,14 +86,12 @@ def pair(
         backend=backend,
         memory=memory,
     )
-    xr, yr = x.detach().requires_grad_(need_x), y.detach().requires_grad_(need_y)
-    with _inside(x):
-        values = softdtw_options(xr, yr, opts, x_lengths, y_lengths)
-        wanted = [t for t, need in ((xr, need_x), (yr, need_y)) if need]
-        grads = list(torch.autograd.grad(values.sum(), wanted)) if wanted else []
-    gx = _own(grads.pop(0)) if need_x else x.new_empty(0)
-    gy = _own(grads.pop(0)) if need_y else y.new_empty(0)
-    return values.detach(), gx, gy
+    pairs = _pairs(x_lengths, y_lengths, x.shape[0], x.shape[1], y.shape[1], x.device)
+    plan = engine.plan_pairs(opts, x, y, pairs.x_lengths is not None, need_x or need_y)
+    values, gx, gy = engine.pair_value_and_grads(plan, x, y, pairs, need_x, need_y)
+    gx = gx if need_x else x.new_empty(0)
+    gy = gy if need_y else y.new_empty(0)
+    return values, gx, gy
 
 
 @pair.register_fake
@@ -148,20 +138,12 @@ def cost(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Soft-DTW of a cost (B, N, M) -> (values (B,), E (B, N, M) or (0,)): E the gradient of
     each pair's value wrt its cost (upstream gradient 1)."""
-    from sdtw.functional import softdtw_from_cost
-
-    cr = c.detach().requires_grad_(need)
-    with _inside(c):
-        values = softdtw_from_cost(
-            cr,
-            gamma=gamma,
-            bandwidth=bandwidth if bandwidth > 0 else None,
-            backend=backend,
-            x_lengths=x_lengths,
-            y_lengths=y_lengths,
-        )
-        E = _own(torch.autograd.grad(values.sum(), cr)[0]) if need else c.new_empty(0)
-    return values.detach(), E
+    B, N, M = c.shape
+    pairs = _pairs(x_lengths, y_lengths, B, N, M, c.device)
+    bw = V.check_bandwidth(bandwidth if bandwidth > 0 else None)
+    plan = engine.plan_cost(V.check_gamma(gamma), bw, V.check_backend(backend), c)
+    values, E = engine.cost_value_and_grad(plan, c, pairs, need)
+    return values, (E if need else c.new_empty(0))
 
 
 @cost.register_fake
@@ -186,18 +168,15 @@ for _device in ("cpu", "cuda"):
     torch.library.register_autocast("sdtw::cost", _device, torch.float32)
 
 
-def _lengths(lengths: object, device: torch.device) -> torch.Tensor | None:
-    """Lengths as the operators take them: None, or an integer tensor (validated inside)."""
-    if lengths is None or isinstance(lengths, torch.Tensor):
-        return lengths
-    return torch.as_tensor(lengths, dtype=torch.int64).reshape(-1)
+def _lengths(name: str, lengths: object, B: int) -> torch.Tensor | None:
+    """Lengths as the operators take them: None, or an int64 tensor (B,), their type and shape
+    checked here as the eager path checks them (their values inside the operator)."""
+    return None if lengths is None else V.lengths_tensor(name, lengths, B)
 
 
-def pair_loss(x, y, opts, x_lengths=None, y_lengths=None) -> torch.Tensor:
-    """:func:`sdtw.functional.softdtw_options` through :func:`pair` (what the public
-    functions call while torch compiles or exports)."""
-    from sdtw import _validation as V
-
+def pair_loss(x, y, opts: Options, x_lengths=None, y_lengths=None) -> torch.Tensor:
+    """Soft-DTW of x, y with validated options through :func:`pair` (what the public functions
+    call while torch compiles or exports, or on fake and meta tensors)."""
     x, y, unbatched = V.check_sequences(x, y)
     if callable(opts.dist):
         raise ValueError(
@@ -205,19 +184,20 @@ def pair_loss(x, y, opts, x_lengths=None, y_lengths=None) -> torch.Tensor:
             "'euclidean', 'l1'): a callable cannot pass through the operator; build the cost "
             "yourself and call sdtw.softdtw_from_cost"
         )
+    B = x.shape[0]
     grad = torch.is_grad_enabled()
     need_x, need_y = grad and x.requires_grad, grad and y.requires_grad
     bandwidth = 0.0 if opts.bandwidth is None else float(opts.bandwidth)
     values, _, _ = torch.ops.sdtw.pair(
         x,
         y,
-        _lengths(x_lengths, x.device),
-        _lengths(y_lengths, x.device),
+        _lengths("x_lengths", x_lengths, B),
+        _lengths("y_lengths", y_lengths, B),
         opts.gamma,
         bandwidth,
         opts.normalize,
         opts.dist,
-        encode_fused(opts.fused),
+        _FUSED[opts.fused],
         opts.backend,
         opts.memory,
         need_x,
@@ -228,12 +208,17 @@ def pair_loss(x, y, opts, x_lengths=None, y_lengths=None) -> torch.Tensor:
 
 def cost_loss(c, gamma, bandwidth, backend, x_lengths=None, y_lengths=None) -> torch.Tensor:
     """:func:`sdtw.softdtw_from_cost` (validated arguments) through :func:`cost`."""
-    from sdtw import _validation as V
-
     c, unbatched = V.check_cost(c)
     need = torch.is_grad_enabled() and c.requires_grad
     bw = 0.0 if bandwidth is None else float(bandwidth)
+    B = c.shape[0]
     values, _ = torch.ops.sdtw.cost(
-        c, _lengths(x_lengths, c.device), _lengths(y_lengths, c.device), gamma, bw, backend, need
+        c,
+        _lengths("x_lengths", x_lengths, B),
+        _lengths("y_lengths", y_lengths, B),
+        gamma,
+        bw,
+        backend,
+        need,
     )
     return values[0] if unbatched else values

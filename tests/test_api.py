@@ -184,9 +184,11 @@ def test_different_devices():
 
 
 def test_cuda_backend_on_cpu_tensors_is_an_error(monkeypatch):
-    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    # (imported before the variable goes: sdtw.cuda.config reads it once, at first import,
+    # and a first import without it would leave the simulator off for the tests after this)
     from sdtw import cuda as sdtw_cuda
 
+    monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
     monkeypatch.setattr(sdtw_cuda, "simulator_enabled", lambda: False)
     monkeypatch.setattr(sdtw_cuda, "cuda_usable", lambda: (True, ""))
     with pytest.raises(ValueError, match="needs CUDA tensors"):

@@ -123,14 +123,14 @@ def test_fused_default_rule(monkeypatch, rng):
     """``fused=None``: fused when a backward will follow; without one, unfused while the cost
     tensor takes at most a quarter of the free GPU memory (free memory faked here)."""
     from sdtw import cuda as sc
-    from sdtw.functional import _fused_by_default
+    from sdtw.engine import BACKENDS
 
+    cuda = BACKENDS["cuda"]
     x = randn(rng, 2, 5, 3).requires_grad_()
     y = randn(rng, 2, 4, 3)
-    assert _fused_by_default(x, y)
-    with torch.no_grad():
-        assert not _fused_by_default(x, y)  # CPU tensors (simulator): the cost always fits
-    assert not _fused_by_default(x.detach(), y)
+    assert cuda.fused_default(x, y, grad=True)
+    # CPU tensors (simulator): the cost always fits
+    assert not cuda.fused_default(x, y, grad=False)
     dev = torch.device("cuda")
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (4 * 2 * 100 * 100 * 4, 0))
     assert sc.cost_fits(2, 100, 100, torch.float32, dev)

@@ -562,6 +562,10 @@ def test_sanitizer_cases_cover_every_variant_and_list_without_a_gpu(
     # for each variant
     assert {geometry.sweep_tiles(c.D) for c in sweep if c.D % 8 == 0} == set(geometry.SWEEP_TILES)
     assert {c.dtype for c in every} == {torch.float32, torch.float64}
+    # the per-pair lengths kernels and the checkpointed mode, with one warp and the movers
+    for kind in ("lengths", "checkpoint"):
+        assert {c.two for c in every if getattr(c, kind)} == {False, True}
+        assert {c.dtype for c in every if getattr(c, kind)} == {torch.float32, torch.float64}
     assert {c.dtype for c in every if c.two and not c.sweep} == {torch.float32, torch.float64}
     # each case's overrides are ones that sdtw.cuda.config.overrides takes
     from sdtw.cuda.config import overrides
@@ -608,7 +612,7 @@ def test_probe_parses_its_command_line_and_needs_a_gpu(
 
 
 def test_probes_are_the_open_questions() -> None:
-    assert _probe_names() == ["first_call", "kernels", "lengths", "memory", "tc_rule"]
+    assert _probe_names() == ["first_call", "kernels", "lengths", "memory", "step", "tc_rule"]
 
 
 def test_the_harness_uses_public_sdtw_names_only() -> None:

@@ -94,6 +94,30 @@ def test_fake_and_meta_inputs_give_the_output_shapes():
     assert v.shape == (2,) and v.device.type == "meta"
 
 
+@pytest.mark.parametrize("make", ["meta", "fake"])
+def test_public_functions_take_fake_and_meta_tensors(make):
+    """The public entry points trace through the operators: shapes and dtypes, no values."""
+
+    def run():
+        dev = "meta" if make == "meta" else "cpu"
+        x = torch.empty(4, 9, 2, device=dev, requires_grad=True)
+        y = torch.empty(4, 7, 2, device=dev)
+        v = sdtw.softdtw(x, y, gamma=0.3, normalize=True, x_lengths=[9, 3, 1, 5])
+        assert v.shape == (4,) and v.dtype == torch.float32 and v.device.type == dev
+        v.sum().backward()
+        assert x.grad.shape == x.shape
+        m = sdtw.SoftDTW(gamma=0.3, bandwidth=2)(x[0], y[0])
+        assert m.shape == () and m.device.type == dev
+        c = torch.empty(3, 5, 6, device=dev, dtype=torch.float64)
+        assert sdtw.softdtw_from_cost(c, gamma=0.5).shape == (3,)
+
+    if make == "fake":
+        with FakeTensorMode():
+            run()
+    else:
+        run()
+
+
 _PAIR_ARGS = [
     (False, None, 0.0, False, "sqeuclidean", -1, "cpu", "auto", True, True),
     (False, [7, 3, 1], 2.0, True, "l1", -1, "cpu", "checkpoint", True, False),

@@ -92,6 +92,7 @@ __all__ = [
     "clear_graphs",
     "config",
     "cost_fits",
+    "cost_value_and_grad",
     "cuda_usable",
     "graphs_enabled",
     "import_numba_cuda",
@@ -104,6 +105,7 @@ __all__ = [
     "softdtw_cost",
     "softdtw_sqeuclidean",
     "sqeuclidean_cost",
+    "sqeuclidean_value_and_grads",
 ]
 
 
@@ -409,18 +411,7 @@ def softdtw_sqeuclidean(
     dtype = _kernel_dtype(x).dtype
 
     def compute(xk: torch.Tensor, yk: torch.Tensor, lens: torch.Tensor | None = None) -> tuple:
-        B = xk.shape[0]
-        if lens is not None:  # (out of place: xk may be the caller's own tensor)
-            xk, yk = zero_padding(xk, lens[:B]), zero_padding(yk, lens[B:])
-        if checkpoint and lens is None:
-            # (checkpoint calls take the lengths kernels, band as a radius: all N and M here)
-            lens = torch.full((2 * B,), xk.shape[1], dtype=torch.int64, device=xk.device)
-            lens[B:] = yk.shape[1]
-        if checkpoint and (need_x or need_y):
-            out, gx, gy = _launcher_module().checkpoint_grads(xk, yk, gamma, lo, lens)
-            sdt = _launcher_module().storage_dtype(xk.dtype)
-            return out, _as(gx, sdt) if need_x else None, _as(gy, sdt) if need_y else None
-        return _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y, lens)
+        return _sqeuclidean_work(xk, yk, lens, gamma, lo, hi, fused, need_x, need_y, checkpoint)
 
     params = (gamma, lo, hi, fused, need_x, need_y, checkpoint)
     if lengths is None:
@@ -434,6 +425,62 @@ def softdtw_sqeuclidean(
     if not need:
         return out
     return _PairFunction.apply(x, y, (out, done[1]))
+
+
+def _sqeuclidean_work(xk, yk, lens, gamma, lo, hi, fused, need_x, need_y, checkpoint) -> tuple:
+    """The GPU work of :func:`softdtw_sqeuclidean` on the kernels' inputs: the padding zeroed
+    on the kernels' copies, then the checkpointed mode or :func:`_compute`."""
+    B = xk.shape[0]
+    if lens is not None:  # (out of place: xk may be the caller's own tensor)
+        xk, yk = zero_padding(xk, lens[:B]), zero_padding(yk, lens[B:])
+    if checkpoint and lens is None:
+        # (checkpoint calls take the lengths kernels, band as a radius: all N and M here)
+        lens = torch.full((2 * B,), xk.shape[1], dtype=torch.int64, device=xk.device)
+        lens[B:] = yk.shape[1]
+    if checkpoint and (need_x or need_y):
+        out, gx, gy = _launcher_module().checkpoint_grads(xk, yk, gamma, lo, lens)
+        sdt = _launcher_module().storage_dtype(xk.dtype)
+        return out, _as(gx, sdt) if need_x else None, _as(gy, sdt) if need_y else None
+    return _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y, lens)
+
+
+def sqeuclidean_value_and_grads(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    gamma: float,
+    lo: int,
+    hi: int,
+    fused: bool,
+    need_x: bool,
+    need_y: bool,
+    lengths: torch.Tensor | None = None,
+    checkpoint: bool = False,
+) -> tuple:
+    """:func:`softdtw_sqeuclidean`'s values (B,) and the gradients of each pair's value wrt x
+    and y (None where not asked) in x's and y's dtypes, without autograd and without the
+    library's graphs: what the PyTorch operator returns (:mod:`sdtw.ops`)."""
+    xk, yk = _kernel_inputs(x.detach(), y.detach())
+    out, gx, gy = _sqeuclidean_work(xk, yk, lengths, gamma, lo, hi, fused, need_x, need_y,
+                                    checkpoint)  # fmt: skip
+    gx = None if gx is None else _as(gx, x.dtype)
+    return _as(out, x.dtype), gx, None if gy is None else _as(gy, y.dtype)
+
+
+def cost_value_and_grad(
+    cost: torch.Tensor, gamma: float, lo: int, hi: int, lengths: torch.Tensor | None, need: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`softdtw_cost`'s values (B,) and, with ``need``, E (B, N, M), each pair's
+    gradient wrt its cost, in the cost's dtype, without autograd."""
+    _launch = _launcher_module()
+    c = cost.detach()
+    c = (c if c.dtype == torch.float16 else _kernel_dtype(c)).contiguous()
+    out, P, _ = _launch.forward(c, None, gamma, lo, hi, store=need, lengths=lengths)
+    out = _as(out, cost.dtype)
+    if not need:
+        return out, None
+    mover = policy.backward_mover(_launch.SIMULATED)
+    E, _ = _launch.backward(P, None, mover=mover, lengths=lengths)
+    return out, _as(E, cost.dtype).contiguous()
 
 
 def _compute(xk, yk, gamma, lo, hi, fused, need_x, need_y, lengths=None) -> tuple:

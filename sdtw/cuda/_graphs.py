@@ -125,23 +125,6 @@ def set_graphs(enabled: bool = True, max_cells: int | None = None) -> None:
     _enabled = enabled
 
 
-_local = threading.local()
-
-
-class suspended:
-    """Within ``with suspended():``, this thread's calls run eagerly (the kept graphs stay).
-    The PyTorch operators use it: inside a compiled program CUDA graphs are PyTorch's, whose
-    cudagraph trees require every output of their warm-up steps to come from their own pool,
-    which a replayed library graph's outputs do not."""
-
-    def __enter__(self) -> None:
-        self.was = getattr(_local, "suspended", False)
-        _local.suspended = True
-
-    def __exit__(self, *exc: object) -> None:
-        _local.suspended = self.was
-
-
 def graphs_enabled() -> bool:
     """Whether repeated small calls are captured and replayed (:func:`set_graphs`)."""
     return _enabled
@@ -281,7 +264,7 @@ def _source(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def _key(inputs: tuple, params: tuple) -> tuple | None:
     """The call's key, or None where it is not captured (see the module docstring)."""
     x, y = inputs[0], inputs[1]
-    if not _enabled or not x.is_cuda or getattr(_local, "suspended", False):
+    if not _enabled or not x.is_cuda:
         return None
     B, N, _ = x.shape
     if B * N * y.shape[1] > _max_cells or torch.cuda.is_current_stream_capturing():

@@ -18,10 +18,6 @@ on-disk kernel cache keyed by     ``CUDACache``'s ``_index_key``, a          com
 variant (:func:`variant_cache`)   dispatcher's ``_cache``                    process
 torch's current stream            ``torch._C._cuda_getCurrentRawStream``     ``current_stream()``
 saved-tensor hooks in force       ``torch._C._autograd``'s hook stack        assume hooks
-autograd inside sdtw's operators  the dispatcher's thread-local key sets,    ``enable_grad``
-(:func:`autograd_inside`)         ``torch._C._ForceDispatchKeyGuard``        (works where
-                                                                             autograd is not
-                                                                             excluded)
 simulator block state             the simulated thread's block manager       none (tests only)
 simulator shared arrays           ``FakeCUDAShared.array``                   none (tests only)
 offline compile for a GPU         ``numba.cuda.dispatcher``'s device query   none (dev tool)
@@ -35,7 +31,6 @@ warning.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import math
 import struct
@@ -104,36 +99,6 @@ def saved_tensor_hooks() -> bool:
     """Whether saved tensors pass through hooks now (``torch.autograd.graph.saved_tensors_hooks``:
     ``save_on_cpu``, non-reentrant checkpointing; or a torch that cannot tell)."""
     return _top_hooks is None or _top_hooks(False) is not None
-
-
-@contextlib.contextmanager
-def autograd_inside():
-    """Autograd on inside an operator's implementation (:mod:`sdtw.ops`), which the dispatcher
-    runs with the autograd keys excluded: the implementation takes its gradients with the
-    library's own autograd nodes, on detached copies of its inputs."""
-    try:
-        C = torch._C
-        exclude = C._dispatch_tls_local_exclude_set()
-        for name in _AUTOGRAD_KEYS:
-            key = getattr(C.DispatchKey, name, None)
-            if key is not None:
-                exclude = exclude.remove(key)
-        guard = C._ForceDispatchKeyGuard(C._dispatch_tls_local_include_set(), exclude)
-    except (AttributeError, TypeError, RuntimeError) as exc:
-        _warn_once("autograd_inside", f"autograd inside the operators: {exc!r}; enable_grad")
-        guard = contextlib.nullcontext()
-    with guard, torch.enable_grad():
-        yield
-
-
-_AUTOGRAD_KEYS = (
-    "AutogradFunctionality",
-    "ADInplaceOrView",
-    "AutogradCPU",
-    "AutogradCUDA",
-    "AutogradOther",
-    "AutogradMeta",
-)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,98 @@
+"""The CPU backend: Numba kernels parallel over the batch (:mod:`sdtw.cpu`), and the
+checkpointed mode from the sequences (:mod:`sdtw.cpu_fused`).  Float64 inside whatever the
+inputs' dtype; CUDA tensors are copied to the CPU and back.  Band: offsets ``(lo, hi)``, one
+pair per entry of a table in a padded batch (:func:`sdtw.band.pair_offsets`); lengths: NumPy
+tables; padding: zeroed at the entry (the base rule)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sdtw import memory as memory_model
+from sdtw.band import band_offsets, pair_offsets
+from sdtw.cpu import CPUSoftDTW, _tables, cpu_backward, cpu_forward
+from sdtw.engine.backend import Backend, Capabilities
+from sdtw.engine.pairs import Pairs
+
+__all__ = ["CPUBackend"]
+
+
+def _band(plan, N: int, M: int, pairs: Pairs) -> tuple:
+    """``(lo, hi, tables)``: the band's offsets (arrays (P,) per pair in a padded batch) and
+    the lengths as the kernels take them (None at full length)."""
+    if pairs.x_lengths is None:
+        return (*band_offsets(N, M, plan.bandwidth), None)
+    tables = (pairs.x_lengths.cpu().numpy(), pairs.y_lengths.cpu().numpy())
+    return (*pair_offsets(*tables, plan.bandwidth), tables)
+
+
+class CPUBackend(Backend):
+    name = "cpu"
+    caps = Capabilities(
+        fused=(),
+        checkpoint=("sqeuclidean", "euclidean", "l1"),
+        float64=True,
+        devices=("cpu", "cuda"),
+        band="offsets (lo, hi), per pair with lengths",
+        lengths="NumPy tables (n, m, lo, hi) per pair",
+        recurrences=("softdtw",),
+    )
+
+    def reads_memory(self, opts, x, y, grad: bool) -> bool:
+        return opts.memory == "auto"
+
+    def full_too_big(self, opts, x, y, grad: bool) -> bool:
+        B, N, M = x.shape[0], x.shape[1], y.shape[1]
+        free = memory_model.available_bytes()
+        need = memory_model.cpu_full_bytes(B, N, M, grad)
+        return free is not None and need > memory_model.AUTO_FRACTION * free
+
+    def cost_values(self, plan, cost: torch.Tensor, pairs: Pairs) -> torch.Tensor:
+        lo, hi, tables = _band(plan, cost.shape[1], cost.shape[2], pairs)
+        if cost.device.type != "cpu":
+            return CPUSoftDTW.apply(cost.cpu(), plan.gamma, lo, hi, tables).to(cost.device)
+        return CPUSoftDTW.apply(cost, plan.gamma, lo, hi, tables)
+
+    def cost_value_and_grad(self, plan, cost: torch.Tensor, pairs: Pairs, need: bool):
+        lo, hi, tables = _band(plan, cost.shape[1], cost.shape[2], pairs)
+        c = cost.detach().to("cpu", torch.float64).contiguous().numpy()
+        values, R = cpu_forward(c, plan.gamma, lo, hi, tables)
+        out = torch.from_numpy(values).to(cost.device, cost.dtype)
+        if not need:
+            return out, None
+        E = cpu_backward(R, plan.gamma, lo, hi, np.ones(c.shape[0]), tables)
+        return out, torch.from_numpy(E).to(cost.device, cost.dtype)
+
+    def _checkpoint_tables(self, plan, x, y, pairs: Pairs) -> tuple:
+        B, N, M = x.shape[0], x.shape[1], y.shape[1]
+        lo, hi, tables = _band(plan, N, M, pairs)
+        return _tables(B, N, M, lo, hi, tables)
+
+    def pair_values(self, plan, x, y, pairs: Pairs) -> torch.Tensor:
+        if not plan.checkpoint:
+            return super().pair_values(plan, x, y, pairs)
+        from sdtw.cpu_fused import CPUFusedSoftDTW, segment_rows
+
+        tables = self._checkpoint_tables(plan, x, y, pairs)
+        K = segment_rows(x.shape[1], y.shape[1])
+        return CPUFusedSoftDTW.apply(x, y, plan.dist, plan.gamma, tables, K)
+
+    def pair_value_and_grads(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
+        if not plan.checkpoint:
+            return super().pair_value_and_grads(plan, x, y, pairs, need_x, need_y)
+        from sdtw.cpu_fused import fused_backward, fused_forward, segment_rows
+
+        tables = self._checkpoint_tables(plan, x, y, pairs)
+        K = segment_rows(x.shape[1], y.shape[1]) if need_x or need_y else 0
+        xs = x.detach().to("cpu", torch.float64).contiguous().numpy()
+        ys = y.detach().to("cpu", torch.float64).contiguous().numpy()
+        values, ck = fused_forward(xs, ys, plan.dist, plan.gamma, tables, K)
+        out = torch.from_numpy(values).to(x.device, x.dtype)
+        if K == 0:
+            return out, None, None
+        ones = np.ones(xs.shape[0])
+        gx, gy = fused_backward(xs, ys, plan.dist, plan.gamma, tables, K, ck, ones)
+        gx = torch.from_numpy(gx).to(x.device, x.dtype) if need_x else None
+        gy = torch.from_numpy(gy).to(y.device, y.dtype) if need_y else None
+        return out, gx, gy

@@ -1,0 +1,144 @@
+"""The CUDA backend: Numba CUDA kernels (:mod:`sdtw.cuda`, imported on first use: nothing
+touches numba.cuda at ``import sdtw``).  Band: offsets ``(lo, hi)`` at full length, the radius
+with per-pair lengths (each pair's offsets derived in the kernels); lengths: one int64 (2 P,)
+tensor on the device, x's then y's; padding: the squared-Euclidean kernels zero their own
+copies (inside a replayed graph's work), the cost path gets it zeroed at the entry.  The
+squared Euclidean is fused (computed in the kernels) or built by the park kernel; any other
+cost is built by :func:`sdtw.distances.pairwise` in the inputs' dtype."""
+
+from __future__ import annotations
+
+import torch
+
+from sdtw import memory as memory_model
+from sdtw._validation import zero_padding
+from sdtw.band import band_offsets, band_radius
+from sdtw.engine.backend import Backend, Capabilities
+from sdtw.engine.pairs import Pairs
+
+__all__ = ["CUDABackend"]
+
+_cuda = None
+
+
+def kernels():
+    """:mod:`sdtw.cuda`, imported on first use, then kept (an import statement per call is
+    host time on every step)."""
+    global _cuda
+    if _cuda is None:
+        from sdtw import cuda
+
+        _cuda = cuda
+    return _cuda
+
+
+def _band(plan, N: int, M: int, pairs: Pairs) -> tuple:
+    """``(lo, hi, lengths)`` as the kernels take them: the offsets and None at full length;
+    the radius, 0 and the (2 P,) lengths in a padded batch."""
+    if pairs.x_lengths is None:
+        return (*band_offsets(N, M, plan.bandwidth), None)
+    lens = torch.cat([pairs.x_lengths, pairs.y_lengths])
+    return band_radius(N, M, plan.bandwidth), 0, lens
+
+
+class CUDABackend(Backend):
+    name = "cuda"
+    caps = Capabilities(
+        fused=("sqeuclidean",),
+        checkpoint=("sqeuclidean",),
+        float64=False,
+        devices=("cuda",),
+        band="offsets (lo, hi); the radius with per-pair lengths",
+        lengths="one int64 (2 P,) device tensor",
+        recurrences=("softdtw",),
+    )
+
+    def usable(self, device: torch.device) -> tuple[bool, str]:
+        return kernels().cuda_usable()
+
+    def check_device(self, device: torch.device) -> None:
+        if device.type != "cuda" and not kernels().simulator_enabled():
+            raise ValueError(
+                f"backend='cuda' needs CUDA tensors, got tensors on {device} "
+                "(or set NUMBA_ENABLE_CUDASIM=1 to run the kernels in the CPU simulator)"
+            )
+
+    def fused_default(self, x, y, grad: bool) -> bool:
+        if grad:
+            return True
+        B, N, M = x.shape[0], x.shape[1], y.shape[1]
+        return not kernels().cost_fits(B, N, M, x.dtype, x.device)
+
+    def _auto_query(self, opts, x, y, grad: bool) -> bool:
+        """Whether ``memory="auto"`` asks the GPU for its free memory here: with gradients,
+        the fused squared Euclidean, on a GPU, from :data:`sdtw.memory.QUERY_FROM` bytes."""
+        if not grad or opts.dist != "sqeuclidean" or opts.fused is False:
+            return False
+        if x.device.type != "cuda":
+            return False
+        itemsize = 8 if x.dtype == torch.float64 else 4
+        B, N, M = x.shape[0], x.shape[1], y.shape[1]
+        need = memory_model.cuda_full_bytes(B, N, M, x.shape[2], itemsize)
+        return need >= memory_model.QUERY_FROM
+
+    def full_too_big(self, opts, x, y, grad: bool) -> bool:
+        if not self._auto_query(opts, x, y, grad):
+            return False
+        itemsize = 8 if x.dtype == torch.float64 else 4
+        B, N, M = x.shape[0], x.shape[1], y.shape[1]
+        need = memory_model.cuda_full_bytes(B, N, M, x.shape[2], itemsize)
+        free, _ = torch.cuda.mem_get_info(x.device)
+        return need > memory_model.AUTO_FRACTION * free
+
+    def reads_memory(self, opts, x, y, grad: bool) -> bool:
+        if opts.memory == "auto" and self._auto_query(opts, x, y, grad):
+            return True
+        # fused=None without gradients asks whether the cost tensor fits
+        return opts.fused is None and not grad and x.device.type == "cuda"
+
+    def check_checkpoint(self, opts) -> None:
+        super().check_checkpoint(opts)
+        if opts.dist != "sqeuclidean" or opts.fused is False:
+            raise ValueError(
+                "memory='checkpoint' on the CUDA backend runs the fused squared-Euclidean "
+                "kernels: it needs dist='sqeuclidean' and fused=None or True; got "
+                f"dist={opts.dist!r}, fused={opts.fused!r}"
+            )
+
+    def prepare(self, x, y, plan, pairs: Pairs) -> tuple:
+        # (the CUDA nodes refuse a second derivative themselves; the squared-Euclidean
+        # kernels zero the padding on their own copies)
+        if pairs.x_lengths is not None and plan.dist != "sqeuclidean":
+            x, y = zero_padding(x, pairs.x_lengths), zero_padding(y, pairs.y_lengths)
+        return x, y
+
+    def cost_values(self, plan, cost: torch.Tensor, pairs: Pairs) -> torch.Tensor:
+        lo, hi, lens = _band(plan, cost.shape[1], cost.shape[2], pairs)
+        return kernels().softdtw_cost(cost, plan.gamma, lo, hi, lens)
+
+    def cost_value_and_grad(self, plan, cost: torch.Tensor, pairs: Pairs, need: bool):
+        lo, hi, lens = _band(plan, cost.shape[1], cost.shape[2], pairs)
+        return kernels().cost_value_and_grad(cost, plan.gamma, lo, hi, lens, need)
+
+    def _sqeuclidean_args(self, plan, x, y, pairs: Pairs) -> tuple:
+        N, M = x.shape[1], y.shape[1]
+        if plan.checkpoint:  # (the lengths kernels' band, a radius, whatever the lengths)
+            lens = None if pairs.x_lengths is None else torch.cat(pairs.lengths)
+            return band_radius(N, M, plan.bandwidth), 0, lens
+        return _band(plan, N, M, pairs)
+
+    def pair_values(self, plan, x, y, pairs: Pairs) -> torch.Tensor:
+        if plan.dist != "sqeuclidean":
+            return super().pair_values(plan, x, y, pairs)
+        lo, hi, lens = self._sqeuclidean_args(plan, x, y, pairs)
+        return kernels().softdtw_sqeuclidean(
+            x, y, plan.gamma, lo, hi, plan.fused, lens, plan.checkpoint
+        )
+
+    def pair_value_and_grads(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
+        if plan.dist != "sqeuclidean":
+            return super().pair_value_and_grads(plan, x, y, pairs, need_x, need_y)
+        lo, hi, lens = self._sqeuclidean_args(plan, x, y, pairs)
+        return kernels().sqeuclidean_value_and_grads(
+            x, y, plan.gamma, lo, hi, plan.fused, need_x, need_y, lens, plan.checkpoint
+        )

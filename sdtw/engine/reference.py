@@ -1,0 +1,58 @@
+"""The float64 reference as a backend: the oracle's loops (:mod:`sdtw.reference`), one pair's
+slice at a time in a padded batch.  Band: the radius itself; lengths: a loop over each pair's
+``cost[b, :n_b, :m_b]``; padding: zeroed at the entry (the base rule)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from sdtw.engine.backend import Backend, Capabilities
+from sdtw.engine.pairs import Pairs
+from sdtw.reference import softdtw_reference
+
+__all__ = ["ReferenceBackend"]
+
+
+class ReferenceBackend(Backend):
+    name = "reference"
+    caps = Capabilities(
+        fused=(),
+        checkpoint=(),
+        float64=True,
+        devices=("cpu", "cuda"),
+        band="the radius",
+        lengths="a loop over each pair's slice",
+        recurrences=("softdtw",),
+    )
+
+    def cost_values(self, plan, cost: torch.Tensor, pairs: Pairs) -> torch.Tensor:
+        if pairs.x_lengths is None:
+            return softdtw_reference(cost, plan.gamma, plan.bandwidth)
+        ns, ms = pairs.x_lengths.tolist(), pairs.y_lengths.tolist()
+        return torch.cat(
+            [
+                softdtw_reference(cost[b : b + 1, :n, :m], plan.gamma, plan.bandwidth)
+                for b, (n, m) in enumerate(zip(ns, ms, strict=True))
+            ]
+        )
+
+    def cost_value_and_grad(self, plan, cost: torch.Tensor, pairs: Pairs, need: bool):
+        rec = plan.recurrence
+        c = cost.detach().to("cpu", torch.float64).numpy()
+        B, N, M = c.shape
+        if pairs.x_lengths is None:  # the whole batch at once
+            parts = [(slice(None), N, M)]
+        else:
+            ns, ms = pairs.x_lengths.tolist(), pairs.y_lengths.tolist()
+            parts = [(slice(b, b + 1), n, m) for b, (n, m) in enumerate(zip(ns, ms, strict=True))]
+        values = np.empty(B)
+        E = np.zeros((B, N, M)) if need else None
+        for rows, n, m in parts:
+            cb = c[rows, :n, :m]
+            R = rec.oracle_forward(cb, plan.gamma, plan.bandwidth)
+            values[rows] = R[:, n, m]
+            if need:
+                E[rows, :n, :m] = rec.oracle_backward(cb, R, plan.gamma, plan.bandwidth)
+        out = torch.from_numpy(values).to(cost.device, cost.dtype)
+        return out, (None if E is None else torch.from_numpy(E).to(cost.device, cost.dtype))
