@@ -30,23 +30,10 @@ import torch
 
 from sdtw import _validation as V
 from sdtw import engine, ops
+from sdtw._autocast import autocast_on, float32
 from sdtw.engine import Options, Pairs
 
 __all__ = ["Options", "softdtw", "softdtw_from_cost"]
-
-
-def _autocast_on(t: object) -> bool:
-    """Whether autocast is on for ``t``'s device type (a tensor; anything else: no)."""
-    if not isinstance(t, torch.Tensor) or t.device.type not in ("cpu", "cuda"):
-        return False
-    return torch.is_autocast_enabled(t.device.type)
-
-
-def _f32(t: object) -> object:
-    """A float16/bfloat16 tensor as float32 (anything else as it is: validation follows)."""
-    if isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16):
-        return t.float()
-    return t
 
 
 def softdtw_options(
@@ -60,9 +47,9 @@ def softdtw_options(
     validated at construction)."""
     if ops.traced(x, y):  # torch.compile / torch.export / fake tensors: one operator
         return ops.pair_loss(x, y, opts, x_lengths, y_lengths)
-    if _autocast_on(x):  # as PyTorch's losses: float32 under autocast
+    if autocast_on(x):  # as PyTorch's losses: float32 under autocast
         with torch.autocast(x.device.type, enabled=False):
-            return softdtw_options(_f32(x), _f32(y), opts, x_lengths, y_lengths)
+            return softdtw_options(float32(x), float32(y), opts, x_lengths, y_lengths)
     x, y, unbatched = V.check_sequences(x, y)
     B, N, M = x.shape[0], x.shape[1], y.shape[1]
     pairs = Pairs.of(V.check_lengths(x_lengths, y_lengths, B, N, M, x.device))
@@ -198,10 +185,10 @@ def softdtw_from_cost(
     backend = V.check_backend(backend)
     if ops.traced(cost):
         return ops.cost_loss(cost, gamma, bandwidth, backend, x_lengths, y_lengths)
-    if _autocast_on(cost):
+    if autocast_on(cost):
         with torch.autocast(cost.device.type, enabled=False):
             return softdtw_from_cost(
-                _f32(cost),
+                float32(cost),
                 gamma=gamma,
                 bandwidth=bandwidth,
                 backend=backend,

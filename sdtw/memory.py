@@ -23,8 +23,9 @@ __all__ = [
 #: ``memory="auto"`` checkpoints where the full mode's buffers would take more than this
 #: fraction of the memory available now.
 AUTO_FRACTION = 0.5
-#: A CUDA call whose full mode needs fewer bytes than this takes it without asking the driver
-#: for the free memory (a query per training step would be host time on every step).
+#: A call whose full mode needs fewer bytes than this takes it without asking the system (CPU)
+#: or the driver (CUDA) for the free memory (a query per training step would be host time on
+#: every step: on the CPU, reading /proc/meminfo cost a small call more than its kernels).
 QUERY_FROM = 256 * 2**20
 
 

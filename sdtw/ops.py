@@ -38,20 +38,18 @@ _FUSED = {None: -1, False: 0, True: 1}
 _FUSED_BACK = {v: k for k, v in _FUSED.items()}
 
 try:  # (torch's fake tensors: what FakeTensorMode and the compilers trace with)
-    from torch._subclasses.fake_tensor import is_fake as _is_fake
+    from torch._subclasses.fake_tensor import FakeTensor as _Fake
 except ImportError:  # pragma: no cover - depends on torch's version
-
-    def _is_fake(t: torch.Tensor) -> bool:
-        return type(t).__name__ == "FakeTensor"
+    _Fake = ()
 
 
 def traced(*ts: object) -> bool:
     """Whether a call must go through the operators: torch compiles or exports, or an input is
     a fake or meta tensor (no values to compute: the operators' fake implementations give the
-    shapes)."""
+    shapes).  (Cheap checks only: this runs on every eager call.)"""
     if torch.compiler.is_compiling():
         return True
-    return any(isinstance(t, torch.Tensor) and (t.is_meta or _is_fake(t)) for t in ts)
+    return any(isinstance(t, _Fake) or (isinstance(t, torch.Tensor) and t.is_meta) for t in ts)
 
 
 def _pairs(x_lengths, y_lengths, B: int, N: int, M: int, device: torch.device) -> Pairs:

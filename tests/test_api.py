@@ -114,9 +114,21 @@ def test_nan_propagates(rng):
     assert torch.isfinite(v[0]) and torch.isnan(v[1])
 
 
-def test_half_precision_inputs(rng):
-    x, y = randn(rng, 2, 5, 3, dtype=torch.float16), randn(rng, 2, 4, 3, dtype=torch.float16)
-    assert sdtw.softdtw(x, y).dtype == torch.float16
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_inputs(rng, dtype):
+    """Half inputs: the loss in their dtype, equal to the float64 loss of the same (rounded)
+    inputs rounded once, and gradients in their dtype within their rounding of float64's."""
+    x, y = randn(rng, 2, 5, 3, dtype=dtype), randn(rng, 2, 4, 3, dtype=dtype)
+    x.requires_grad_()
+    v = sdtw.softdtw(x, y, gamma=0.5)
+    assert v.dtype == dtype
+    x64 = x.detach().double().requires_grad_()
+    w = sdtw.softdtw(x64, y.double(), gamma=0.5, backend="reference")
+    assert torch.equal(v, w.to(dtype))
+    v.sum().backward()
+    w.sum().backward()
+    assert x.grad.dtype == dtype
+    assert rel_err(x.grad, x64.grad) < 2 * torch.finfo(dtype).eps
 
 
 @pytest.mark.parametrize(

@@ -86,6 +86,7 @@ from sdtw._validation import zero_padding
 from sdtw.cuda import _graphs, _private, _tc_grads, config, policy
 from sdtw.cuda._graphs import clear_graphs, graphs_enabled, set_graphs
 from sdtw.cuda.config import CONFIG
+from sdtw.cuda.toolkit import missing_toolkit
 
 __all__ = [
     "cache_counts",
@@ -124,17 +125,6 @@ def import_numba_cuda():
     from numba import cuda
 
     return cuda
-
-
-#: What in a compile error says that a piece of the CUDA toolkit is missing (numba-cuda needs
-#: NVVM and libdevice to compile, and NVRTC for the architectures it may compile for).
-_TOOLKIT_PIECES = {"nvvm": "NVVM", "nvrtc": "NVRTC", "libdevice": "libdevice"}
-
-
-def missing_toolkit(text: str) -> list[str]:
-    """The pieces of the CUDA toolkit that an error message says are missing (none: [])."""
-    text = text.lower()
-    return [name for key, name in _TOOLKIT_PIECES.items() if key in text]
 
 
 def launch_counts():

@@ -13,12 +13,13 @@ from collections import Counter
 
 import torch
 
-from sdtw.cuda import _private, missing_toolkit, policy
+from sdtw.cuda import _private, policy
 from sdtw.cuda import kernels as K
 from sdtw.cuda._private import View, flat
 from sdtw.cuda.config import CONFIG
 from sdtw.cuda.kernels import registry
 from sdtw.cuda.kernels.jit import SIMULATED
+from sdtw.cuda.toolkit import missing_toolkit
 
 __all__ = [
     "backward",

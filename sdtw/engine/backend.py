@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from sdtw import distances
+from sdtw._autograd import guard
 from sdtw._validation import zero_padding
 from sdtw.engine.pairs import Pairs
 
@@ -100,8 +101,6 @@ class Backend:
         """x and y as this backend's kernels take them: the padding past each pair's lengths
         set to 0 (what it holds never reaches a value or a gradient), and on backends whose
         backward is not twice differentiable, anchors that refuse a second derivative."""
-        from sdtw._autograd import guard
-
         x, y = guard(x, self.name), guard(y, self.name)
         if pairs.x_lengths is not None:
             x, y = zero_padding(x, pairs.x_lengths), zero_padding(y, pairs.y_lengths)
@@ -110,8 +109,6 @@ class Backend:
     def prepare_cost(self, cost: torch.Tensor) -> torch.Tensor:
         """A cost as the cost path takes it: anchored to refuse a second derivative (no cost
         path has a second-order pass)."""
-        from sdtw._autograd import guard
-
         return guard(cost, self.name)
 
     # -- values ------------------------------------------------------------------------------

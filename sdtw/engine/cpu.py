@@ -39,13 +39,19 @@ class CPUBackend(Backend):
         recurrences=("softdtw",),
     )
 
+    def _full_bytes(self, x, y, grad: bool) -> int:
+        return memory_model.cpu_full_bytes(x.shape[0], x.shape[1], y.shape[1], grad)
+
     def reads_memory(self, opts, x, y, grad: bool) -> bool:
-        return opts.memory == "auto"
+        return opts.memory == "auto" and self._full_bytes(x, y, grad) >= memory_model.QUERY_FROM
 
     def full_too_big(self, opts, x, y, grad: bool) -> bool:
-        B, N, M = x.shape[0], x.shape[1], y.shape[1]
+        # (below QUERY_FROM the full mode is taken without reading the free memory: a read per
+        # call would cost a small call more host time than its kernels)
+        need = self._full_bytes(x, y, grad)
+        if need < memory_model.QUERY_FROM:
+            return False
         free = memory_model.available_bytes()
-        need = memory_model.cpu_full_bytes(B, N, M, grad)
         return free is not None and need > memory_model.AUTO_FRACTION * free
 
     def cost_values(self, plan, cost: torch.Tensor, pairs: Pairs) -> torch.Tensor:
