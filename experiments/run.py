@@ -48,24 +48,40 @@ from experiments.sweeps import SWEEPS, Sweep, default_sweeps
 __all__ = ["build_parser", "choose_impls", "main"]
 
 
+# Each type below says what it wants in the error ("argument --dim: must be a whole number
+# >= 1, got 'abc'"): a ValueError from int() or float() would make argparse print the
+# function's name instead ("invalid _count value: 'abc'").
+
+
+def _number(text: str, kind: type, want: str) -> int | float:
+    """``kind(text)``, or argparse's error saying ``want``."""
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be {want}, got {text!r}")
+    return value
+
+
 def _positive_seconds(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
+    value = _number(text, float, "a finite number of seconds > 0")
+    if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text!r}")
     return value
 
 
 def _limit_seconds(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value >= 0):
+    value = _number(text, float, "a finite number of seconds >= 0")
+    if value < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
     return value
 
 
 def _count(text: str) -> int:
-    value = int(text)
+    value = _number(text, int, "a whole number >= 1")
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
     return value
 
 
