@@ -260,7 +260,8 @@ def check_lengths(
     pairs = []
     for name, lengths, size in (("x_lengths", x_lengths, N), ("y_lengths", y_lengths, M)):
         if lengths is None:
-            pairs.append((torch.full((B,), size, dtype=torch.int64), True))
+            # (made on the device: no host-to-device copy, which a CUDA graph capture refuses)
+            pairs.append((torch.full((B,), size, dtype=torch.int64, device=device), True))
         else:
             pairs.append(check_one_lengths(name, lengths, B, size))
     if pairs[0][1] and pairs[1][1]:

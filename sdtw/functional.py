@@ -107,7 +107,7 @@ def softdtw(
         a third less memory than unfused, about as fast, and for float32 inputs more
         accurate); without gradients, unfused when the cost tensor takes at most a quarter of
         the free GPU memory (its forward is faster), else fused (no (N, M) buffer at all).
-        docs/design.md has the measurements behind the rule.
+        docs/performance.md ("Which variant a call takes") has the measurements behind it.
     backend : {"auto", "cpu", "cuda", "reference"}
         See the module docstring for the table and the ``"auto"`` rule.
     x_lengths, y_lengths : integer Tensor (B,) (any device), sequence of B ints, or None

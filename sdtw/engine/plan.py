@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -60,11 +61,11 @@ class Options:
         )
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """Everything decided for one call: the backend object, the recurrence, and the settings
     the kernels run with (``fused``: the backend computes the cost in its kernels;
-    ``checkpoint``: the checkpointed memory mode)."""
+    ``checkpoint``: the checkpointed memory mode).  (A named tuple: made on every call whose
+    rules read the free memory, it must cost little host time.)"""
 
     options: Options
     backend: Backend
@@ -113,6 +114,7 @@ def plan_pairs(
     if plan is not None:
         return plan
     backend = _backend(opts.backend, x.device, recurrence)
+    volatile = backend.reads_memory(opts, x, y, grad)
     checkpoint = False
     if opts.memory == "checkpoint":
         backend.check_checkpoint(opts)
@@ -133,9 +135,7 @@ def plan_pairs(
         opts, backend, recurrence, opts.gamma, opts.bandwidth, opts.normalize, opts.dist, fused,
         checkpoint,
     )  # fmt: skip
-    if backend.reads_memory(opts, x, y, grad):
-        return plan
-    return _remember(key, plan)
+    return plan if volatile else _remember(key, plan)
 
 
 def plan_cost(
