@@ -29,9 +29,12 @@ class _Refuse(torch.autograd.Function):
     raises :data:`MESSAGE`."""
 
     @staticmethod
-    def forward(ctx, grad: torch.Tensor, anchor: torch.Tensor, backend: str) -> torch.Tensor:
-        ctx.backend = backend
+    def forward(grad: torch.Tensor, anchor: torch.Tensor, backend: str) -> torch.Tensor:
         return grad.view_as(grad)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:  # (the form torch.func transforms take)
+        ctx.backend = inputs[2]
 
     @staticmethod
     def backward(ctx, _g: torch.Tensor):
@@ -51,10 +54,13 @@ class _Guard(torch.autograd.Function):
     input's gradient refuses to be differentiated again (:func:`refuse_second_order`)."""
 
     @staticmethod
-    def forward(ctx, t: torch.Tensor, backend: str) -> torch.Tensor:
-        ctx.backend = backend
-        ctx.save_for_backward(t)
+    def forward(t: torch.Tensor, backend: str) -> torch.Tensor:
         return t.view_as(t)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.backend = inputs[1]
+        ctx.save_for_backward(inputs[0])
 
     @staticmethod
     def backward(ctx, g: torch.Tensor):

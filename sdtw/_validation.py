@@ -196,7 +196,11 @@ def check_dist_result(cost: object, x: torch.Tensor, M: int) -> torch.Tensor:
 
 
 def lengths_tensor(name: str, lengths: object, B: int) -> torch.Tensor:
-    """``lengths`` as an int64 tensor (B,) on its own device (a sequence: on the CPU)."""
+    """``lengths`` as an int64 tensor (B,) on its own device (a sequence: on the CPU).  Written
+    with torch and plain Python only, so that torch.compile traces it (with ``fullgraph=True``
+    its error then shows as dynamo's "raised exception TypeError(...)", our message inside)."""
+    if isinstance(lengths, np.ndarray):
+        lengths = torch.as_tensor(lengths)  # (its dtype is checked as a tensor's, below)
     if isinstance(lengths, torch.Tensor):
         t = lengths
         if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
@@ -204,17 +208,20 @@ def lengths_tensor(name: str, lengths: object, B: int) -> torch.Tensor:
                 f"{name} must hold integers, got a {t.dtype} tensor of shape {tuple(t.shape)}"
             )
     else:
-        if isinstance(lengths, (str, bytes)) or not isinstance(
-            lengths, (numbers.Integral, list, tuple, np.ndarray, range)
+        one = isinstance(lengths, numbers.Integral)
+        if isinstance(lengths, (str, bytes, bool, np.bool_)) or not (
+            one or isinstance(lengths, (list, tuple, range))
         ):
             raise TypeError(
                 f"{name} must be an integer tensor or a sequence of ints, got {_got(lengths)}"
             )
-        a = np.asarray(lengths)
-        if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
-            if not (a.size == 0 and a.dtype == np.float64):  # ([] reads as float64)
+        values = [lengths] if one else list(lengths)
+        for v in values:
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
                 raise TypeError(f"{name} must hold integers, got {_got(lengths)}")
-        t = torch.from_numpy(a.astype(np.int64, copy=False).copy())
+        t = torch.tensor([int(v) for v in values], dtype=torch.int64)
+        if one:
+            t = t.reshape(())
     if t.dim() == 0 and B == 1:
         t = t.reshape(1)
     if tuple(t.shape) != (B,):

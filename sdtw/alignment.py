@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from sdtw import _validation as V
-from sdtw import engine
+from sdtw import engine, ops
 from sdtw.engine import Options, Pairs
 
 __all__ = ["alignment"]
@@ -49,6 +49,12 @@ def alignment(
     autograd.  ``E[b, i, j]`` in [0, 1]; zero outside the band and past a pair's lengths.
     The same on every backend (the reference's to float64 rounding).
     """
+    if ops.traced(x, y):
+        raise RuntimeError(
+            "sdtw.alignment returns E as data: it computes it eagerly and cannot be traced by "
+            "torch.compile / torch.export or run on fake tensors; call it outside the compiled "
+            "function, or differentiate softdtw_from_cost (its gradient is E)"
+        )
     x, y, unbatched = V.check_sequences(x, y)
     opts = Options.make(
         gamma=gamma,

@@ -80,9 +80,14 @@ _BY_NAME = {"sqeuclidean": sqeuclidean, "euclidean": euclidean, "l1": l1}
 
 
 def pairwise(x: torch.Tensor, y: torch.Tensor, dist: str | Callable) -> torch.Tensor:
-    """Cost tensor (B, N, M) between x (B, N, D) and y (B, M, D): one of :data:`NAMES`, or a
-    callable called as ``dist(x, y)`` whose result must be a floating tensor of shape
-    (B, N, M) on x's device (any floating dtype)."""
+    """Cost tensor (B, N, M) between x (B, N, D) and y (B, M, D): one of :data:`NAMES` (or
+    an alias :func:`sdtw.softdtw` takes), or a callable called as ``dist(x, y)`` whose result
+    must be a floating tensor of shape (B, N, M) on x's device (any floating dtype)."""
+    return cost(x, y, V.check_dist(dist))
+
+
+def cost(x: torch.Tensor, y: torch.Tensor, dist: str | Callable) -> torch.Tensor:
+    """:func:`pairwise` of a validated ``dist`` (the backends' call: validated at the entry)."""
     if callable(dist):
         return V.check_dist_result(dist(x, y), x, y.shape[1])
     return _BY_NAME[dist](x, y)

@@ -43,12 +43,32 @@ except ImportError:  # pragma: no cover - depends on torch's version
     _Fake = ()
 
 
+#: Whether a torch.func transform (grad, vmap, jacrev, ...) is running (private: torch has no
+#: public test; without it such calls would fail inside torch with an unrelated message).
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+TRANSFORMS = (
+    "sdtw does not run under torch.func transforms (grad, vmap, jacrev, ...): its kernels "
+    "compute the gradients themselves, and torch's custom-operator autograd does not run "
+    "under them; take gradients with loss.backward() or torch.autograd.grad, and put the "
+    "pairs along the batch dimension B instead of vmap"
+)
+
+
+def refuse_transforms() -> None:
+    """Raise :data:`TRANSFORMS` where a torch.func transform runs (the public entry points)."""
+    if _transforms_active():
+        raise RuntimeError(TRANSFORMS)
+
+
 def traced(*ts: object) -> bool:
     """Whether a call must go through the operators: torch compiles or exports, or an input is
     a fake or meta tensor (no values to compute: the operators' fake implementations give the
-    shapes).  (Cheap checks only: this runs on every eager call.)"""
+    shapes).  A torch.func transform is refused (:func:`refuse_transforms`).  (Cheap checks
+    only: this runs on every eager call.)"""
     if torch.compiler.is_compiling():
         return True
+    refuse_transforms()
     return any(isinstance(t, _Fake) or (isinstance(t, torch.Tensor) and t.is_meta) for t in ts)
 
 

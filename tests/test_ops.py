@@ -291,3 +291,48 @@ def test_float16_cost_kernel_compiles_for_the_gpu():
     if res.returncode and "nvvm" in (res.stderr + res.stdout).lower():
         pytest.skip("no NVVM here")
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+
+
+# --------------------------------------------------------------------------------------------
+# What compile and torch.func refuse, and how
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [[5.7, 2.2], [True, True], np.array([5.0, 2.0]), "ab"])
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_compiled_bad_lengths_are_refused_as_in_eager(rng, bad, fullgraph):
+    """Lengths of floats, bools, a float array or a string raise the eager TypeError under
+    torch.compile too (with fullgraph=True inside dynamo's report), never truncated."""
+    torch._dynamo.reset()
+    x, y = randn(rng, 2, 5, 2), randn(rng, 2, 4, 2)
+    f = torch.compile(
+        lambda a, b: sdtw.softdtw(a, b, backend="cpu", x_lengths=bad), fullgraph=fullgraph
+    )
+    with pytest.raises(Exception) as info:
+        f(x, y)
+    assert "x_lengths must" in str(info.value)
+    if not fullgraph:
+        assert info.type is TypeError
+
+
+def test_torch_func_transforms_are_refused_clearly(rng):
+    x, y = randn(rng, 2, 5, 2), randn(rng, 2, 4, 2)
+    for run in (
+        lambda: torch.func.grad(lambda a: sdtw.softdtw(a, y).sum())(x),
+        lambda: torch.func.vmap(lambda a, b: sdtw.softdtw(a, b))(x, y),
+        lambda: torch.func.grad(lambda a: sdtw.alignment(a, y).sum())(x),
+        lambda: torch.func.grad(lambda c: sdtw.softdtw_from_cost(c).sum())(
+            x[:, :, :1] * y[:, :1, :1].mT
+        ),
+    ):
+        with pytest.raises(RuntimeError, match=r"torch\.func transforms"):
+            run()
+
+
+def test_compiled_alignment_is_refused_clearly(rng):
+    torch._dynamo.reset()
+    x, y = randn(rng, 2, 5, 2), randn(rng, 2, 4, 2)
+    for fullgraph in (False, True):
+        f = torch.compile(lambda a, b: sdtw.alignment(a, b), fullgraph=fullgraph)
+        with pytest.raises(Exception, match="computes it eagerly"):
+            f(x, y)

@@ -130,7 +130,7 @@ def cost_value_and_grad(plan: Plan, cost: torch.Tensor, pairs: Pairs, need: bool
 def alignment_matrix(plan: Plan, x: torch.Tensor, y: torch.Tensor, pairs: Pairs) -> torch.Tensor:
     """E (B, N, M) of validated, detached x (B, N, D), y (B, M, D) in x's dtype: the cost (in
     float64 on the float64 backends, as their values), then its gradient."""
-    from sdtw.distances import pairwise
+    from sdtw.distances import cost as pairwise
 
     if pairs.x_lengths is not None:
         from sdtw._validation import zero_padding

@@ -124,8 +124,8 @@ class Backend:
         if self.caps.float64 and not callable(plan.dist):
             # The float64 paths build the cost in float64 too: float32 inputs lose nothing to
             # float32 rounding of the distances.
-            return distances.pairwise(x.double(), y.double(), plan.dist)
-        return distances.pairwise(x, y, plan.dist)  # (a callable's: any float dtype)
+            return distances.cost(x.double(), y.double(), plan.dist)
+        return distances.cost(x, y, plan.dist)  # (a callable's: any float dtype)
 
     def pair_values(self, plan: Plan, x: torch.Tensor, y: torch.Tensor, pairs: Pairs):
         out = self.cost_values(plan, self._pair_cost(plan, x, y), pairs)
@@ -139,7 +139,7 @@ class Backend:
         cost's vector-Jacobian product (:func:`sdtw.distances.pairwise_vjp`)."""
         with torch.no_grad():
             a, b = (x.double(), y.double()) if self.caps.float64 else (x, y)
-            cost = distances.pairwise(a, b, plan.dist)
+            cost = distances.cost(a, b, plan.dist)
             values, E = self.cost_value_and_grad(plan, cost, pairs, need_x or need_y)
             gx, gy = distances.pairwise_vjp(a, b, plan.dist, cost, E, need_x, need_y)
         gx = None if gx is None else gx.to(x.dtype)
