@@ -49,12 +49,17 @@ def check_flag(name: str, value: object) -> bool:
     raise TypeError(f"{name} must be True or False, got {_got(value)}")
 
 
-def check_gamma(gamma: object) -> float:
+def check_gamma(gamma: object, exact: bool = True) -> float:
+    """The smoothing: a real number in [GAMMA_MIN, GAMMA_MAX], or exactly 0 (exact DTW, the
+    ``"dtw"`` recurrence) where ``exact``; negatives, NaN and inf refused."""
     if isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, numbers.Real):
-        raise TypeError(f"gamma must be a positive real number, got {_got(gamma)}")
+        raise TypeError(f"gamma must be a positive real number or 0, got {_got(gamma)}")
     g = float(gamma)
+    if exact and g == 0.0:
+        return 0.0
     if not math.isfinite(g) or g <= 0.0:
-        raise ValueError(f"gamma must be finite and > 0, got {gamma!r}")
+        zero = " (0: exact DTW)" if exact else ""
+        raise ValueError(f"gamma must be finite and > 0{zero}, got {gamma!r}")
     if not GAMMA_MIN <= g <= GAMMA_MAX:
         raise ValueError(
             f"gamma must be between {GAMMA_MIN:g} and {GAMMA_MAX:g} (the DP's values divided by "

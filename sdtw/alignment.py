@@ -47,6 +47,8 @@ def alignment(
     -------
     Tensor, shape (B, N, M), or (N, M) for unbatched inputs; x's dtype, not attached to
     autograd.  ``E[b, i, j]`` in [0, 1]; zero outside the band and past a pair's lengths.
+    With ``gamma=0`` (exact DTW) the optimal path's 0/1 indicator, ties broken towards the
+    diagonal, then up, then left (:mod:`sdtw.reference_dtw`).
     The same on every backend (the reference's to float64 rounding).
     """
     if ops.traced(x, y):

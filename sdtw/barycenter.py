@@ -338,7 +338,7 @@ def softdtw_barycenter(
     paper's is absolute, 1e-5 whatever the scale of the objective), early stopping may trigger
     before ``max_iter // 2``, and the best iterate is returned rather than the last.
     """
-    gamma = V.check_gamma(gamma)
+    gamma = V.check_gamma(gamma, exact=False)  # (its smooth objective needs gamma > 0)
     bandwidth = V.check_bandwidth(bandwidth)
     fused = V.check_fused(fused)
     backend = V.check_backend(backend)

@@ -87,7 +87,13 @@ def softdtw(
     y : Tensor, shape (B, M, D) or (M, D)
         Same batch size, feature size, device; floating dtype.  ``N != M`` is fine.
     gamma : float
-        Smoothing, > 0.  ``gamma -> 0`` recovers DTW.
+        Smoothing, > 0.  ``gamma=0`` exactly is exact DTW, ``min_A <A, C>`` (a min-plus
+        recurrence of its own, no exp or log; :mod:`sdtw.reference_dtw`): its gradient is
+        the optimal alignment's 0/1 indicator (a subgradient where several paths tie: the one
+        found by backtracking with ties to the diagonal, then up, then left, the same on every
+        backend); ``memory="checkpoint"`` and ``fused=True`` are refused with it (the fused
+        and checkpointed kernels are soft-DTW's), and the CUDA backend runs it by a simple
+        kernel of its own (one block per pair, the table in global memory).
     bandwidth : int or None
         Sakoe-Chiba radius; for ``N != M`` the band follows tslearn's ``sakoe_chiba_mask``
         (:func:`sdtw.sakoe_chiba_mask`).  ``None`` or ``<= 0`` disables it.
@@ -167,7 +173,8 @@ def softdtw_from_cost(
     cost : Tensor, shape (B, N, M) or (N, M)
         Any ground cost (it need not be a distance; entries may be negative).
     gamma, bandwidth, backend
-        As in :func:`softdtw`.
+        As in :func:`softdtw` (``gamma=0``: exact DTW, the gradient the optimal path's
+        indicator).
     x_lengths, y_lengths
         Each pair's own rows and columns, as in :func:`softdtw`: pair b's value is that of
         ``cost[b, :x_lengths[b], :y_lengths[b]]`` (the rest is never read; its gradient is 0).

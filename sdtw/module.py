@@ -18,7 +18,7 @@ class SoftDTW(nn.Module):
     Parameters
     ----------
     gamma : float
-        Smoothing, > 0.
+        Smoothing, > 0; exactly 0: exact DTW (as :func:`sdtw.softdtw`).
     bandwidth : int or None
         Sakoe-Chiba radius (tslearn's band for ``N != M``); ``None`` or ``<= 0``: no band.
     normalize : bool

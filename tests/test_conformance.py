@@ -36,6 +36,11 @@ def recurrence(request) -> engine.Recurrence:
     return engine.RECURRENCES[request.param]
 
 
+def at(rec, gamma: float) -> float:
+    """The gamma a call passes to run ``rec`` (exact DTW is ``gamma=0``)."""
+    return 0.0 if rec.name == "dtw" else gamma
+
+
 def oracle(rec, x, y, gamma, bandwidth=None, lengths=None, dist="sqeuclidean"):
     """Values (B,) and gradients wrt x, y of ``sum_b values[b]`` from the recurrence's float64
     oracle, pair by pair over each pair's own lengths; the cost's gradient by autograd through
@@ -65,6 +70,9 @@ CASES = [(2, 5, 7, 3), (1, 1, 1, 2), (2, 1, 6, 2), (1, 33, 9, 2)]
 def test_values_and_gradients_match_the_oracle(rng, backend, recurrence, B, N, M, D, gamma):
     if backend == "cuda" and gamma == 1.0 and N > 32:
         pytest.skip("(the simulator is slow: the 33-row case runs once, at gamma = 0.01)")
+    if recurrence.name == "dtw" and gamma == 1.0:
+        pytest.skip("(exact DTW has no gamma: it runs once, at gamma = 0)")
+    gamma = at(recurrence, gamma)
     x, y = randn(rng, B, N, D).requires_grad_(), randn(rng, B, M, D).requires_grad_()
     g = torch.as_tensor(rng.uniform(0.5, 2.0, B))  # an upstream gradient other than ones
     v = sdtw.softdtw(x, y, gamma=gamma, backend=backend)
@@ -83,10 +91,11 @@ def test_band_and_lengths_match_the_oracle(rng, backend, recurrence, bandwidth):
     x_pad = x.detach().clone()
     x_pad[1, 4:] = float("nan")  # what the padding holds never matters
     x_pad.requires_grad_()
-    v = sdtw.softdtw(x_pad, y, gamma=0.3, bandwidth=bandwidth, backend=backend,
+    gamma = at(recurrence, 0.3)
+    v = sdtw.softdtw(x_pad, y, gamma=gamma, bandwidth=bandwidth, backend=backend,
                      x_lengths=xl, y_lengths=yl)  # fmt: skip
     v.sum().backward()
-    want, gx, gy = oracle(recurrence, x, y, 0.3, bandwidth, (xl, yl))
+    want, gx, gy = oracle(recurrence, x, y, gamma, bandwidth, (xl, yl))
     assert rel_err(v, want) < TOL
     assert rel_err(x_pad.grad, gx) < TOL and rel_err(y.grad, gy) < TOL
     assert torch.equal(x_pad.grad[1, 4:], torch.zeros_like(x_pad.grad[1, 4:]))
@@ -102,14 +111,15 @@ def test_divergence_is_its_three_terms(rng, backend, N, M):
     assert z.abs().max() < 1e-12
 
 
+@pytest.mark.parametrize("gamma", [0.4, 0.0])
 @pytest.mark.parametrize("normalize", [False, True])
 @pytest.mark.parametrize("dist", ["sqeuclidean", "euclidean", "l1"])
-def test_operator_path_equals_the_eager_path(rng, backend, normalize, dist):
+def test_operator_path_equals_the_eager_path(rng, backend, normalize, dist, gamma):
     """What the operators return (the engine's values and gradients, no autograd) against the
     eager autograd path, with lengths, band and N != M."""
     x, y = randn(rng, 3, 7, 2).requires_grad_(), randn(rng, 3, 5, 2).requires_grad_()
     xl, yl = torch.tensor([7, 3, 1]), torch.tensor([5, 2, 5])
-    kw = dict(gamma=0.4, bandwidth=3, normalize=normalize, dist=dist, backend=backend)
+    kw = dict(gamma=gamma, bandwidth=3, normalize=normalize, dist=dist, backend=backend)
     v = sdtw.softdtw(x, y, x_lengths=xl, y_lengths=yl, **kw)
     v.sum().backward()
     opts = engine.Options.make(fused=None, memory="auto", **kw)
@@ -123,19 +133,20 @@ def test_operator_path_equals_the_eager_path(rng, backend, normalize, dist):
 
 def test_cost_path_and_alignment_match_the_oracle(rng, backend, recurrence):
     B, N, M = 2, 6, 35
+    gamma = at(recurrence, 0.2)
     cost = torch.as_tensor(rng.random((B, N, M))).requires_grad_()
     g = torch.as_tensor([0.7, -1.3])
-    v = sdtw.softdtw_from_cost(cost, gamma=0.2, bandwidth=4, backend=backend)
+    v = sdtw.softdtw_from_cost(cost, gamma=gamma, bandwidth=4, backend=backend)
     (v * g).sum().backward()
     c = cost.detach().numpy()
-    R = recurrence.oracle_forward(c, 0.2, 4)
-    E = torch.from_numpy(recurrence.oracle_backward(c, R, 0.2, 4))
+    R = recurrence.oracle_forward(c, gamma, 4)
+    E = torch.from_numpy(recurrence.oracle_backward(c, R, gamma, 4))
     assert rel_err(v, torch.from_numpy(R[:, N, M])) < TOL
     assert rel_err(cost.grad, E * g[:, None, None]) < TOL
     x, y = randn(rng, B, N, 2), randn(rng, B, M, 2)
-    A = sdtw.alignment(x, y, gamma=0.2, bandwidth=4, backend=backend)
+    A = sdtw.alignment(x, y, gamma=gamma, bandwidth=4, backend=backend)
     cxy = pairwise(x, y, "sqeuclidean").numpy()
-    want = recurrence.oracle_backward(cxy, recurrence.oracle_forward(cxy, 0.2, 4), 0.2, 4)
+    want = recurrence.oracle_backward(cxy, recurrence.oracle_forward(cxy, gamma, 4), gamma, 4)
     assert rel_err(A, torch.from_numpy(want)) < TOL
     lo, hi = band_offsets(N, M, 4)
     d = np.arange(M)[None, :] - np.arange(N)[:, None]

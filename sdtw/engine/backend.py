@@ -45,7 +45,8 @@ class Capabilities:
     "checkpoint"``); ``float64``: it computes in float64 whatever the inputs' dtype;
     ``devices``: the tensors' device types it takes (the CPU kernels copy CUDA tensors);
     ``band`` and ``lengths``: the forms its kernels take them in; ``recurrences``: the
-    measures it has kernels for."""
+    measures it has kernels for; ``fused_recurrences``: those its fused and checkpointed
+    kernels run (the others take the cost path, in the full memory mode)."""
 
     fused: tuple[str, ...]
     checkpoint: tuple[str, ...]
@@ -54,6 +55,7 @@ class Capabilities:
     band: str
     lengths: str
     recurrences: tuple[str, ...]
+    fused_recurrences: tuple[str, ...] = ("softdtw",)
 
 
 class Backend:

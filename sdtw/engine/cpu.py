@@ -27,6 +27,18 @@ def _band(plan, N: int, M: int, pairs: Pairs) -> tuple:
     return (*pair_offsets(*tables, plan.bandwidth), tables)
 
 
+def _dtw_value_and_grad(c: np.ndarray, lo, hi, tables, need: bool, cost: torch.Tensor):
+    """Exact DTW's values and E (:mod:`sdtw.cpu_dtw`) on the cost's device and dtype."""
+    from sdtw.cpu_dtw import dtw_cpu_backward, dtw_cpu_forward, dtw_cpu_values
+
+    if not need:
+        return torch.from_numpy(dtw_cpu_values(c, lo, hi, tables)).to(cost.device, cost.dtype), None
+    values, R = dtw_cpu_forward(c, lo, hi, tables)
+    E = dtw_cpu_backward(R, np.ones(c.shape[0]), tables)
+    as_cost = lambda a: torch.from_numpy(a).to(cost.device, cost.dtype)  # noqa: E731
+    return as_cost(values), as_cost(E)
+
+
 class CPUBackend(Backend):
     name = "cpu"
     caps = Capabilities(
@@ -36,7 +48,7 @@ class CPUBackend(Backend):
         devices=("cpu", "cuda"),
         band="offsets (lo, hi), per pair with lengths",
         lengths="NumPy tables (n, m, lo, hi) per pair",
-        recurrences=("softdtw",),
+        recurrences=("softdtw", "dtw"),
     )
 
     def _full_bytes(self, x, y, grad: bool) -> int:
@@ -56,6 +68,10 @@ class CPUBackend(Backend):
 
     def cost_values(self, plan, cost: torch.Tensor, pairs: Pairs) -> torch.Tensor:
         lo, hi, tables = _band(plan, cost.shape[1], cost.shape[2], pairs)
+        if plan.recurrence.name == "dtw":
+            from sdtw.cpu_dtw import CPUDTW
+
+            return CPUDTW.apply(cost, lo, hi, tables)
         if cost.device.type != "cpu":
             return CPUSoftDTW.apply(cost.cpu(), plan.gamma, lo, hi, tables).to(cost.device)
         return CPUSoftDTW.apply(cost, plan.gamma, lo, hi, tables)
@@ -63,6 +79,8 @@ class CPUBackend(Backend):
     def cost_value_and_grad(self, plan, cost: torch.Tensor, pairs: Pairs, need: bool):
         lo, hi, tables = _band(plan, cost.shape[1], cost.shape[2], pairs)
         c = cost.detach().to("cpu", torch.float64).contiguous().numpy()
+        if plan.recurrence.name == "dtw":
+            return _dtw_value_and_grad(c, lo, hi, tables, need, cost)
         values, R = cpu_forward(c, plan.gamma, lo, hi, tables)
         out = torch.from_numpy(values).to(cost.device, cost.dtype)
         if not need:

@@ -12,7 +12,7 @@ import torch
 
 from sdtw import memory as memory_model
 from sdtw._validation import zero_padding
-from sdtw.band import band_offsets, band_radius
+from sdtw.band import band_offsets, band_radius, pair_offsets
 from sdtw.engine.backend import Backend, Capabilities
 from sdtw.engine.pairs import Pairs
 
@@ -41,6 +41,38 @@ def _band(plan, N: int, M: int, pairs: Pairs) -> tuple:
     return band_radius(N, M, plan.bandwidth), 0, lens
 
 
+def _dtw(plan, cost: torch.Tensor, pairs: Pairs, need: bool, grad_out=None) -> tuple:
+    """Exact DTW's values and E by its own kernels (:mod:`sdtw.cuda.dtw`), each pair's band
+    offsets and lengths in NumPy tables as the CPU kernels take them."""
+    from sdtw.cpu import _tables
+    from sdtw.cuda.dtw import dtw_cuda
+
+    B, N, M = cost.shape
+    if pairs.x_lengths is None:
+        lo, hi = band_offsets(N, M, plan.bandwidth)
+        tables = _tables(B, N, M, lo, hi, None)
+    else:
+        lens = (pairs.x_lengths.cpu().numpy(), pairs.y_lengths.cpu().numpy())
+        tables = _tables(B, N, M, *pair_offsets(*lens, plan.bandwidth), lens)
+    values, E = dtw_cuda(cost, tables, need, grad_out)
+    return values.to(cost.dtype), None if E is None else E.to(cost.dtype)
+
+
+class _DTWFunction(torch.autograd.Function):
+    """Exact DTW of a cost on the GPU, attached to autograd (its backward backtracks with the
+    upstream gradient folded in; the table is kept only when the cost needs a gradient)."""
+
+    @staticmethod
+    def forward(ctx, cost: torch.Tensor, plan, pairs: Pairs) -> torch.Tensor:
+        values, E = _dtw(plan, cost, pairs, cost.requires_grad)
+        ctx.E = E
+        return values
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        return ctx.E * grad_out[:, None, None].to(ctx.E.dtype), None, None
+
+
 class CUDABackend(Backend):
     name = "cuda"
     caps = Capabilities(
@@ -50,7 +82,7 @@ class CUDABackend(Backend):
         devices=("cuda",),
         band="offsets (lo, hi); the radius with per-pair lengths",
         lengths="one int64 (2 P,) device tensor",
-        recurrences=("softdtw",),
+        recurrences=("softdtw", "dtw"),
     )
 
     def usable(self, device: torch.device) -> tuple[bool, str]:
@@ -108,15 +140,20 @@ class CUDABackend(Backend):
     def prepare(self, x, y, plan, pairs: Pairs) -> tuple:
         # (the CUDA nodes refuse a second derivative themselves; the squared-Euclidean
         # kernels zero the padding on their own copies)
-        if pairs.x_lengths is not None and plan.dist != "sqeuclidean":
+        own = plan.dist == "sqeuclidean" and plan.recurrence.name == "softdtw"
+        if pairs.x_lengths is not None and not own:
             x, y = zero_padding(x, pairs.x_lengths), zero_padding(y, pairs.y_lengths)
         return x, y
 
     def cost_values(self, plan, cost: torch.Tensor, pairs: Pairs) -> torch.Tensor:
+        if plan.recurrence.name == "dtw":
+            return _DTWFunction.apply(cost, plan, pairs)
         lo, hi, lens = _band(plan, cost.shape[1], cost.shape[2], pairs)
         return kernels().softdtw_cost(cost, plan.gamma, lo, hi, lens)
 
     def cost_value_and_grad(self, plan, cost: torch.Tensor, pairs: Pairs, need: bool):
+        if plan.recurrence.name == "dtw":
+            return _dtw(plan, cost, pairs, need)
         lo, hi, lens = _band(plan, cost.shape[1], cost.shape[2], pairs)
         return kernels().cost_value_and_grad(cost, plan.gamma, lo, hi, lens, need)
 
@@ -128,7 +165,7 @@ class CUDABackend(Backend):
         return _band(plan, N, M, pairs)
 
     def pair_values(self, plan, x, y, pairs: Pairs) -> torch.Tensor:
-        if plan.dist != "sqeuclidean":
+        if plan.dist != "sqeuclidean" or plan.recurrence.name != "softdtw":
             return super().pair_values(plan, x, y, pairs)
         lo, hi, lens = self._sqeuclidean_args(plan, x, y, pairs)
         return kernels().softdtw_sqeuclidean(
@@ -136,7 +173,7 @@ class CUDABackend(Backend):
         )
 
     def pair_value_and_grads(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
-        if plan.dist != "sqeuclidean":
+        if plan.dist != "sqeuclidean" or plan.recurrence.name != "softdtw":
             return super().pair_value_and_grads(plan, x, y, pairs, need_x, need_y)
         lo, hi, lens = self._sqeuclidean_args(plan, x, y, pairs)
         return kernels().sqeuclidean_value_and_grads(

@@ -28,7 +28,7 @@ import torch
 
 from sdtw import _validation as V
 from sdtw.engine.backend import Backend
-from sdtw.engine.recurrence import SOFTDTW, Recurrence
+from sdtw.engine.recurrence import DTW, SOFTDTW, Recurrence
 from sdtw.engine.registry import resolve
 
 __all__ = ["Options", "Plan", "plan_cost", "plan_pairs"]
@@ -99,6 +99,12 @@ def _backend(name: str, device: torch.device, recurrence: Recurrence) -> Backend
     return backend
 
 
+def _exact(gamma: float, recurrence: Recurrence) -> Recurrence:
+    """``gamma == 0`` is soft-DTW's limit, exact DTW: its own recurrence (min-plus, no exp or
+    log; the soft-DTW kernels run the DP in units of gamma)."""
+    return DTW if gamma == 0 and recurrence is SOFTDTW else recurrence
+
+
 def plan_pairs(
     opts: Options,
     x: torch.Tensor,
@@ -109,21 +115,38 @@ def plan_pairs(
 ) -> Plan:
     """The plan of a call from validated sequences x (B, N, D), y (B, M, D) (``padded``: it
     has per-pair lengths; ``grad``: gradients wrt x or y will be asked for)."""
+    recurrence = _exact(opts.gamma, recurrence)
     key = (opts, recurrence.name, x.shape, y.shape, x.dtype, y.dtype, x.device, grad, padded)
     plan = _plans.get(key)
     if plan is not None:
         return plan
     backend = _backend(opts.backend, x.device, recurrence)
+    own = recurrence.name in backend.caps.fused_recurrences  # (else: the cost path only)
     volatile = backend.reads_memory(opts, x, y, grad)
     checkpoint = False
     if opts.memory == "checkpoint":
+        if not own:
+            raise ValueError(
+                f"memory='checkpoint' has no {recurrence.name} kernels on backend="
+                f"{backend.name!r} (gamma={opts.gamma!r}); use memory='full' or 'auto'"
+            )
         backend.check_checkpoint(opts)
         checkpoint = True
-    elif opts.memory == "auto" and not callable(opts.dist) and opts.dist in backend.caps.checkpoint:
+    elif (
+        opts.memory == "auto"
+        and own
+        and not callable(opts.dist)
+        and opts.dist in backend.caps.checkpoint
+    ):
         checkpoint = backend.full_too_big(opts, x, y, grad)
     fused = checkpoint and opts.dist in backend.caps.fused
     if not checkpoint:
-        can_fuse = not callable(opts.dist) and opts.dist in backend.caps.fused
+        can_fuse = own and not callable(opts.dist) and opts.dist in backend.caps.fused
+        if opts.fused is True and not own:
+            raise ValueError(
+                f"fused=True runs soft-DTW's fused kernels; {recurrence.name} (gamma="
+                f"{opts.gamma!r}) takes the cost path: pass fused=None or False"
+            )
         if opts.fused is True and not can_fuse:
             raise ValueError(
                 "fused=True needs dist='sqeuclidean' and the CUDA backend; "
@@ -146,6 +169,7 @@ def plan_cost(
     recurrence: Recurrence = SOFTDTW,
 ) -> Plan:
     """The plan of a call from a validated cost (B, N, M)."""
+    recurrence = _exact(gamma, recurrence)
     key = ("cost", gamma, bandwidth, backend, recurrence.name, cost.device)
     plan = _plans.get(key)
     if plan is None:

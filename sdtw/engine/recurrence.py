@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from sdtw.reference import reference_backward, reference_forward
+from sdtw.reference_dtw import dtw_backward, dtw_forward
 
-__all__ = ["RECURRENCES", "SOFTDTW", "Recurrence"]
+__all__ = ["DTW", "RECURRENCES", "SOFTDTW", "Recurrence"]
 
 
 @dataclass(frozen=True)
@@ -54,5 +55,15 @@ SOFTDTW = Recurrence(
     oracle_backward=reference_backward,
 )
 
+#: Exact DTW, soft-DTW's gamma -> 0 limit: C + min of the three predecessors, its gradient the
+#: optimal path's indicator (ties: diagonal, up, left; :mod:`sdtw.reference_dtw`).  The
+#: planner takes it for ``gamma=0``.
+DTW = Recurrence(
+    name="dtw",
+    summary="exact DTW: C + min of the three predecessors (gamma = 0)",
+    oracle_forward=dtw_forward,
+    oracle_backward=dtw_backward,
+)
+
 #: The recurrences by name.
-RECURRENCES = {r.name: r for r in (SOFTDTW,)}
+RECURRENCES = {r.name: r for r in (SOFTDTW, DTW)}

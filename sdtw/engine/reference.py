@@ -23,10 +23,12 @@ class ReferenceBackend(Backend):
         devices=("cpu", "cuda"),
         band="the radius",
         lengths="a loop over each pair's slice",
-        recurrences=("softdtw",),
+        recurrences=("softdtw", "dtw"),
     )
 
     def cost_values(self, plan, cost: torch.Tensor, pairs: Pairs) -> torch.Tensor:
+        if plan.recurrence.name != "softdtw":  # (any other recurrence: its oracle's E)
+            return _OracleFunction.apply(cost, self, plan, pairs)
         if pairs.x_lengths is None:
             return softdtw_reference(cost, plan.gamma, plan.bandwidth)
         ns, ms = pairs.x_lengths.tolist(), pairs.y_lengths.tolist()
@@ -56,3 +58,18 @@ class ReferenceBackend(Backend):
                 E[rows, :n, :m] = rec.oracle_backward(cb, R, plan.gamma, plan.bandwidth)
         out = torch.from_numpy(values).to(cost.device, cost.dtype)
         return out, (None if E is None else torch.from_numpy(E).to(cost.device, cost.dtype))
+
+
+class _OracleFunction(torch.autograd.Function):
+    """A recurrence's oracle attached to autograd: values from ``cost_value_and_grad``, whose
+    E (kept only when the cost needs a gradient) times the upstream gradient is the cost's."""
+
+    @staticmethod
+    def forward(ctx, cost: torch.Tensor, backend, plan, pairs: Pairs) -> torch.Tensor:
+        values, E = backend.cost_value_and_grad(plan, cost, pairs, cost.requires_grad)
+        ctx.E = E
+        return values
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        return ctx.E * grad_out[:, None, None].to(ctx.E.dtype), None, None, None
