@@ -1,5 +1,5 @@
-"""Runnable examples: ``python -m examples.forecasting``, ``python -m examples.barycenter``,
-``python -m examples.alignment``.
+"""Runnable examples: ``python examples/forecasting.py`` (``barycenter.py``, ``alignment.py``)
+from any folder, or ``python -m examples.forecasting`` from the repository root.
 
 Each draws a figure with matplotlib (the ``examples`` extra): :func:`missing` is checked before
 any work starts, so that a missing package costs no computation.

@@ -4,8 +4,8 @@ gammas, as a heat map under the two series.
 x is a sine; y the same sine with its time warped (slow, then fast) and a little noise.  At a
 large gamma E spreads over many paths; as gamma shrinks it concentrates on the DTW path.
 
-    python -m examples.alignment                     # saves examples/out/alignment.png
-    python -m examples.alignment --gammas 1 0.1 0.01 --length 120
+    python examples/alignment.py                     # from any folder; examples/out/alignment.png
+    python -m examples.alignment --gammas 1 0.1 0.01 --length 120   # (-m: from the repository root)
 """
 
 from __future__ import annotations

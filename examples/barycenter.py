@@ -4,8 +4,8 @@ Every input is the same rectangular pulse, moved by a random shift and corrupted
 The point-wise (Euclidean) mean smears the pulses into a ramp; the soft-DTW barycenter aligns
 them and keeps one sharp pulse.
 
-    python -m examples.barycenter                    # CPU, saves examples/out/barycenter.png
-    python -m examples.barycenter --device cuda --n-series 1000 --length 256
+    python examples/barycenter.py                    # from any folder; examples/out/barycenter.png
+    python -m examples.barycenter --device cuda --n-series 1000 --length 256   # (-m: from the root)
 """
 
 from __future__ import annotations

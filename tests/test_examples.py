@@ -40,11 +40,32 @@ def test_barycenter_example_beats_the_euclidean_mean(tmp_path, capsys):
     assert bary_obj < mean_obj
 
 
-def test_examples_run_as_scripts(tmp_path):
-    out = tmp_path / "b.png"
-    script = REPO / "examples" / "barycenter.py"
-    argv = ["--n-series", "3", "--length", "10", "--max-iter", "2", "--out", str(out)]
-    subprocess.run([sys.executable, str(script), *argv], check=True, cwd=tmp_path)
+def test_forecasting_quick_is_short(tmp_path, capsys):
+    """``--quick``: 10 epochs (an eighth of the default's steps with its 512 series); the run
+    says up front how many epochs and steps it will take."""
+    out = tmp_path / "forecasting.png"
+    argv = ["--quick", "--n-train", "64", "--n-test", "8", "--device", "cpu", "--out", str(out)]
+    assert forecasting.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "10 epochs of 1 steps" in printed.splitlines()[0]
+    assert "epoch  10" in printed and "epoch  11" not in printed
+
+
+@pytest.mark.parametrize(
+    "script, argv",
+    [
+        ("alignment.py", ["--length", "12", "--gammas", "1"]),
+        ("barycenter.py", ["--n-series", "3", "--length", "10", "--max-iter", "2"]),
+        ("forecasting.py", ["--epochs", "1", "--n-train", "16", "--n-test", "4"]),
+    ],
+)
+def test_examples_run_as_scripts_from_any_folder(tmp_path, script, argv):
+    """``python examples/X.py`` from a folder outside the repository (no ``sdtw`` installed
+    needed: the script finds the repository's)."""
+    out = tmp_path / "figure.png"
+    path = REPO / "examples" / script
+    cmd = [sys.executable, str(path), *argv, "--device", "cpu", "--out", str(out)]
+    subprocess.run(cmd, check=True, cwd=tmp_path, capture_output=True)
     assert _is_png(out)
 
 
