@@ -144,10 +144,17 @@ def _push(E: np.ndarray, R: np.ndarray, er: int, rr: int, i: int, j: int, e: flo
     r_diag = R[rr, j]
     r_up = R[rr, j + 1]
     r_left = R[rr + 1, j]
-    m = min(r_diag, r_up, r_left)
-    w_diag = math.exp((m - r_diag) * ig)
-    w_up = math.exp((m - r_up) * ig)
-    w_left = math.exp((m - r_left) * ig)
+    # the minimum's weight is exp(0) = 1 exactly: two exponentials per cell, not three
+    w_diag = w_up = w_left = 1.0
+    if r_diag <= r_up and r_diag <= r_left:
+        w_up = math.exp((r_diag - r_up) * ig)
+        w_left = math.exp((r_diag - r_left) * ig)
+    elif r_up <= r_left:
+        w_diag = math.exp((r_up - r_diag) * ig)
+        w_left = math.exp((r_up - r_left) * ig)
+    else:
+        w_diag = math.exp((r_left - r_diag) * ig)
+        w_up = math.exp((r_left - r_up) * ig)
     scale = e / (w_diag + w_up + w_left)
     if i > 0 and j > 0:
         E[er - 1, j - 1] += scale * w_diag

@@ -32,9 +32,17 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from sdtw.cpu import _push, _run, _serial, _softmin3
+from sdtw.cpu import _push, _run, _serial, _softmin3, cpu_forward
 
-__all__ = ["DIST_CODES", "CPUFusedSoftDTW", "fused_backward", "fused_forward", "segment_rows"]
+__all__ = [
+    "DIST_CODES",
+    "CPUFusedSoftDTW",
+    "full_backward",
+    "full_forward",
+    "fused_backward",
+    "fused_forward",
+    "segment_rows",
+]
 
 #: The ground costs the fused kernels recompute, by name.
 DIST_CODES = {"sqeuclidean": 0, "euclidean": 1, "l1": 2}
@@ -144,10 +152,48 @@ def _backward_kernel(X, Y, kind, gamma, ns, ms, los, his, K, ck, gout, GX, GY) -
             carry[:] = Es[0, :]
 
 
+def _cost_kernel(X, Y, kind, ns, ms, los, his, C) -> None:
+    """The full mode's cost ``C[b, i, j]`` on each pair's band (nothing else is read)."""
+    for b in prange(X.shape[0]):
+        n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+        for i in range(n):
+            for j in range(max(0, i - lo), min(m - 1, i + hi) + 1):
+                C[b, i, j] = _cost(X, Y, b, i, j, kind)
+
+
+def _full_backward_kernel(X, Y, kind, gamma, ns, ms, los, his, R, gout, GX, GY) -> None:
+    """The full mode's backward: ``GX``, ``GY`` (zeroed) += the gradients of ``gout[b] *
+    R[b, n_b, m_b]`` wrt x, y from the whole padded table R, each cell's share added the
+    moment its E is final: E lives in two rows (the cell row and the one above), never as
+    (B, N, M)."""
+    B, M = X.shape[0], Y.shape[1]
+    ig = 1.0 / gamma
+    for b in prange(B):
+        n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+        Rb = R[b]
+        Es = np.zeros((2, M))  # E of cell rows i - 1 (row 0) and i (row 1)
+        Es[1, m - 1] = gout[b]
+        for i in range(n - 1, -1, -1):
+            for j in range(min(m - 1, i + hi), max(0, i - lo) - 1, -1):
+                e = Es[1, j]
+                if e == 0.0:
+                    continue
+                if Rb[i + 1, j + 1] == math.inf:
+                    continue
+                _push(Es, Rb, 1, i, i, j, e, ig)
+                _grad(X, Y, b, i, j, kind, e, GX, GY)
+            Es[1, :] = Es[0, :]
+            Es[0, :] = 0.0
+
+
 _forward_parallel = njit(parallel=True, cache=True, nogil=True)(_forward_kernel)
 _backward_parallel = njit(parallel=True, cache=True, nogil=True)(_backward_kernel)
 _forward_serial = njit(cache=True, nogil=True)(_forward_kernel)
 _backward_serial = njit(cache=True, nogil=True)(_backward_kernel)
+_cost_parallel = njit(parallel=True, cache=True, nogil=True)(_cost_kernel)
+_cost_serial = njit(cache=True, nogil=True)(_cost_kernel)
+_full_backward_parallel = njit(parallel=True, cache=True, nogil=True)(_full_backward_kernel)
+_full_backward_serial = njit(cache=True, nogil=True)(_full_backward_kernel)
 
 
 def segment_rows(N: int, M: int, budget: int | None = None) -> int:
@@ -181,6 +227,40 @@ def fused_forward(
     return out, (ck if K > 0 else None)
 
 
+def full_forward(
+    x: np.ndarray, y: np.ndarray, dist: str, gamma: float, tables: tuple
+) -> tuple[np.ndarray, np.ndarray]:
+    """The full mode from the sequences: values (B,) and the padded table R (B, N + 1, M + 1)
+    of :func:`sdtw.cpu.cpu_forward`, the cost built by a Numba kernel on each pair's band."""
+    B, N, _ = x.shape
+    M = y.shape[1]
+    ns, ms, los, his = tables
+    C = np.empty((B, N, M))
+    serial = _serial(B, N, M)
+    kernel = _cost_serial if serial else _cost_parallel
+    _run(kernel, serial, x, y, DIST_CODES[dist], *tables, C)
+    return cpu_forward(C, gamma, los, his, (ns, ms))
+
+
+def full_backward(
+    x: np.ndarray,
+    y: np.ndarray,
+    dist: str,
+    gamma: float,
+    tables: tuple,
+    R: np.ndarray,
+    grad_out: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The gradients (B, N, D), (B, M, D) of ``sum_b grad_out[b] values[b]`` wrt x and y from
+    :func:`full_forward`'s table R, without the (B, N, M) E (float64)."""
+    B, N, _ = x.shape
+    gx, gy = np.zeros_like(x), np.zeros_like(y)
+    serial = _serial(B, N, y.shape[1])
+    kernel = _full_backward_serial if serial else _full_backward_parallel
+    _run(kernel, serial, x, y, DIST_CODES[dist], float(gamma), *tables, R, grad_out, gx, gy)
+    return gx, gy
+
+
 def fused_backward(
     x: np.ndarray,
     y: np.ndarray,
@@ -202,18 +282,43 @@ def fused_backward(
     return gx, gy
 
 
+def _numpy64(t: torch.Tensor) -> np.ndarray:
+    """A float64 C-contiguous NumPy view or copy of ``t`` (no copy where it already is one)."""
+    t = t.detach()
+    if t.device.type != "cpu" or t.dtype != torch.float64 or not t.is_contiguous():
+        t = t.to("cpu", torch.float64).contiguous()
+    return t.numpy()
+
+
+def value_and_grads(x, y, dist, gamma, tables, K, need) -> tuple:
+    """Values (B,) and, with ``need``, the gradients wrt x and y of float64 NumPy x, y: the
+    full table (``K`` None) or the checkpointed mode (``K`` rows per segment)."""
+    if K is None:
+        values, R = full_forward(x, y, dist, gamma, tables)
+        if not need:
+            return values, None, None
+        return values, *full_backward(x, y, dist, gamma, tables, R, np.ones(x.shape[0]))
+    values, ck = fused_forward(x, y, dist, gamma, tables, K if need else 0)
+    if not need:
+        return values, None, None
+    return values, *fused_backward(x, y, dist, gamma, tables, K, ck, np.ones(x.shape[0]))
+
+
 class CPUFusedSoftDTW(torch.autograd.Function):
     """Autograd wrapper: x (B, N, D), y (B, M, D) -> values (B,) in x's dtype, float64 inside.
     Call as ``CPUFusedSoftDTW.apply(x, y, dist, gamma, tables, K)`` (``tables``: the pairs'
-    ``(n, m, lo, hi)``; ``K``: rows per segment, :func:`segment_rows`); validated by the public
-    entry.  Saves only the checkpoints (and x, y) when a gradient is needed."""
+    ``(n, m, lo, hi)``; ``K``: rows per segment, :func:`segment_rows`, or None for the full
+    table); validated by the public entry.  Saves only the checkpoints or the table (and x, y)
+    when a gradient is needed."""
 
     @staticmethod
-    def forward(ctx, x, y, dist: str, gamma: float, tables: tuple, K: int):
-        xs = x.detach().to("cpu", torch.float64).contiguous().numpy()
-        ys = y.detach().to("cpu", torch.float64).contiguous().numpy()
+    def forward(ctx, x, y, dist: str, gamma: float, tables: tuple, K: int | None):
+        xs, ys = _numpy64(x), _numpy64(y)
         need = x.requires_grad or y.requires_grad
-        out, ck = fused_forward(xs, ys, dist, gamma, tables, K if need else 0)
+        if K is None:
+            out, ck = full_forward(xs, ys, dist, gamma, tables)
+        else:
+            out, ck = fused_forward(xs, ys, dist, gamma, tables, K if need else 0)
         if need:
             ctx.save_for_backward(torch.from_numpy(ck))
             ctx.seqs, ctx.args = (xs, ys), (dist, gamma, tables, K)
@@ -224,8 +329,11 @@ class CPUFusedSoftDTW(torch.autograd.Function):
     def backward(ctx, grad_out):
         (ck,) = ctx.saved_tensors
         dist, gamma, tables, K = ctx.args
-        g = grad_out.detach().to("cpu", torch.float64).contiguous().numpy()
-        gx, gy = fused_backward(*ctx.seqs, dist, gamma, tables, K, ck.numpy(), g)
+        g = _numpy64(grad_out)
+        if K is None:
+            gx, gy = full_backward(*ctx.seqs, dist, gamma, tables, ck.numpy(), g)
+        else:
+            gx, gy = fused_backward(*ctx.seqs, dist, gamma, tables, K, ck.numpy(), g)
         (xd, xdev), (yd, ydev) = ctx.meta
         gxt = torch.from_numpy(gx).to(xdev, xd) if ctx.needs_input_grad[0] else None
         gyt = torch.from_numpy(gy).to(ydev, yd) if ctx.needs_input_grad[1] else None
