@@ -11,14 +11,17 @@ from sdtw.band import band_offsets, sakoe_chiba_mask
 from sdtw.barycenter import softdtw_barycenter, softdtw_barycenter_cpu
 from sdtw.functional import softdtw, softdtw_from_cost
 from sdtw.module import SoftDTW
+from sdtw.msm import SoftMSM, soft_msm
 from sdtw.reference import softdtw_reference
 
 __all__ = [
     "SoftDTW",
+    "SoftMSM",
     "alignment",
     "band_offsets",
     "distances",
     "sakoe_chiba_mask",
+    "soft_msm",
     "softdtw",
     "softdtw_barycenter",
     "softdtw_barycenter_cpu",

@@ -130,6 +130,8 @@ class Backend:
         return distances.cost(x, y, plan.dist)  # (a callable's: any float dtype)
 
     def pair_values(self, plan: Plan, x: torch.Tensor, y: torch.Tensor, pairs: Pairs):
+        if plan.recurrence.kind == "sequences":
+            return _SequenceValues.apply(x, y, self, plan, pairs)
         out = self.cost_values(plan, self._pair_cost(plan, x, y), pairs)
         return out if out.dtype == x.dtype else out.to(x.dtype)
 
@@ -139,6 +141,9 @@ class Backend:
         """Values and the gradients of each pair's value wrt x and y (None where not asked),
         in x's and y's dtypes, by the cost path: E from :meth:`cost_value_and_grad`, then the
         cost's vector-Jacobian product (:func:`sdtw.distances.pairwise_vjp`)."""
+        if plan.recurrence.kind == "sequences":
+            with torch.no_grad():
+                return self.sequence_value_and_grads(plan, x, y, pairs, need_x, need_y)
         with torch.no_grad():
             a, b = (x.double(), y.double()) if self.caps.float64 else (x, y)
             cost = distances.cost(a, b, plan.dist)
@@ -147,3 +152,40 @@ class Backend:
         gx = None if gx is None else gx.to(x.dtype)
         gy = None if gy is None else gy.to(y.dtype)
         return values.to(x.dtype), gx, gy
+
+    def sequence_value_and_grads(
+        self, plan: Plan, x: torch.Tensor, y: torch.Tensor, pairs: Pairs, need_x, need_y
+    ) -> tuple:
+        """Values (P,) and gradients wrt x and y (None where not asked), in x's and y's dtypes,
+        of a recurrence over the sequences (``plan.recurrence.kind == "sequences"``: its
+        costs read x and y, no cost tensor); a backend runs the ones in its
+        ``caps.recurrences``."""
+        raise NotImplementedError(f"backend {self.name!r} has no kernels for sequence recurrences")
+
+
+class _SequenceValues(torch.autograd.Function):
+    """A sequence recurrence's values attached to autograd: the gradients are computed with
+    the values where asked (the backward pass of the kernels runs in the forward), saved, and
+    scaled by the upstream gradient."""
+
+    @staticmethod
+    def forward(ctx, x, y, backend: Backend, plan: Plan, pairs: Pairs):
+        need_x, need_y = ctx.needs_input_grad[:2]
+        values, gx, gy = backend.sequence_value_and_grads(
+            plan, x.detach(), y.detach(), pairs, need_x, need_y
+        )
+        ctx.save_for_backward(gx, gy)
+        return values
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        gx, gy = ctx.saved_tensors
+        g = grad_out[:, None, None]
+        return (
+            None if gx is None else gx * g.to(gx.dtype),
+            None if gy is None else gy * g.to(gy.dtype),
+            None,
+            None,
+            None,
+        )

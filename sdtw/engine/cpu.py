@@ -67,7 +67,7 @@ class CPUBackend(Backend):
         devices=("cpu", "cuda"),
         band="offsets (lo, hi), per pair with lengths",
         lengths="NumPy tables (n, m, lo, hi) per pair",
-        recurrences=("softdtw", "dtw"),
+        recurrences=("softdtw", "dtw", "softmsm"),
     )
 
     def _full_bytes(self, x, y, grad: bool) -> int:
@@ -134,6 +134,24 @@ class CPUBackend(Backend):
             _numpy64(x), _numpy64(y), plan.dist, plan.gamma, tables, K, need_x or need_y
         )
         out = torch.from_numpy(values).to(x.device, x.dtype)
+        gx = torch.from_numpy(gx).to(x.device, x.dtype) if need_x else None
+        gy = torch.from_numpy(gy).to(y.device, y.dtype) if need_y else None
+        return out, gx, gy
+
+    def sequence_value_and_grads(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
+        """Soft-MSM's Numba kernels (:mod:`sdtw.cpu_msm`), float64 inside."""
+        from sdtw.cpu_msm import msm_cpu_backward, msm_cpu_forward
+
+        lo, hi, tables = _band(plan, x.shape[1], y.shape[1], pairs)
+        c = plan.recurrence.param("c")
+        a = x.detach().to("cpu", torch.float64).contiguous().numpy()
+        b = y.detach().to("cpu", torch.float64).contiguous().numpy()
+        values, R = msm_cpu_forward(a, b, c, plan.gamma, lo, hi, tables)
+        out = torch.from_numpy(values).to(x.device, x.dtype)
+        if not (need_x or need_y):
+            return out, None, None
+        ones = np.ones(a.shape[0])
+        gx, gy = msm_cpu_backward(a, b, R, c, plan.gamma, lo, hi, ones, tables)
         gx = torch.from_numpy(gx).to(x.device, x.dtype) if need_x else None
         gy = torch.from_numpy(gy).to(y.device, y.dtype) if need_y else None
         return out, gx, gy

@@ -116,7 +116,7 @@ def plan_pairs(
     """The plan of a call from validated sequences x (B, N, D), y (B, M, D) (``padded``: it
     has per-pair lengths; ``grad``: gradients wrt x or y will be asked for)."""
     recurrence = _exact(opts.gamma, recurrence)
-    key = (opts, recurrence.name, x.shape, y.shape, x.dtype, y.dtype, x.device, grad, padded)
+    key = (opts, recurrence, x.shape, y.shape, x.dtype, y.dtype, x.device, grad, padded)
     plan = _plans.get(key)
     if plan is not None:
         return plan
@@ -170,7 +170,7 @@ def plan_cost(
 ) -> Plan:
     """The plan of a call from a validated cost (B, N, M)."""
     recurrence = _exact(gamma, recurrence)
-    key = ("cost", gamma, bandwidth, backend, recurrence.name, cost.device)
+    key = ("cost", gamma, bandwidth, backend, recurrence, cost.device)
     plan = _plans.get(key)
     if plan is None:
         chosen = _backend(backend, cost.device, recurrence)

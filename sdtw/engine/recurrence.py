@@ -23,29 +23,43 @@ the fast backends use; :mod:`sdtw.reference` keeps the published one).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-import numpy as np
-
+from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
 from sdtw.reference import reference_backward, reference_forward
 from sdtw.reference_dtw import dtw_backward, dtw_forward
 
-__all__ = ["DTW", "RECURRENCES", "SOFTDTW", "Recurrence"]
+__all__ = ["DTW", "RECURRENCES", "SOFTDTW", "SOFTMSM", "Recurrence"]
 
 
 @dataclass(frozen=True)
 class Recurrence:
-    """One measure's dynamic programme over a cost (B, N, M).
+    """One measure's dynamic programme, over a cost (B, N, M) or over the sequences themselves.
 
-    ``oracle_forward(cost, gamma, bandwidth) -> R`` (B, N + 2, M + 2), the value at
-    ``R[:, N, M]``; ``oracle_backward(cost, R, gamma, bandwidth) -> E`` (B, N, M): the float64
-    reference of both, written for clarity (NumPy), that every backend's kernels are tested
-    against."""
+    ``kind="cost"``: ``oracle_forward(cost, gamma, bandwidth) -> R`` (B, N + 2, M + 2), the
+    value at ``R[:, N, M]``; ``oracle_backward(cost, R, gamma, bandwidth) -> E`` (B, N, M).
+    ``kind="sequences"`` (a measure whose costs sit on the DP's edges and read the neighbouring
+    samples, as Soft-MSM's): ``oracle_forward(x, y, gamma, bandwidth, **params) -> (values,
+    state)`` of x (B, N, D), y (B, M, D) and ``oracle_backward(x, y, state, gamma, bandwidth,
+    **params) -> (gx, gy)``; backends run it by ``Backend.sequence_value_and_grads``.  Both are
+    the float64 reference, written for clarity (NumPy), that every backend's kernels are tested
+    against.  ``params``: the measure's own settings as ``(name, value)`` pairs (part of the
+    plan's cache key: a recurrence with other params is another recurrence)."""
 
     name: str
     summary: str
-    oracle_forward: Callable[[np.ndarray, float, float | None], np.ndarray]
-    oracle_backward: Callable[[np.ndarray, np.ndarray, float, float | None], np.ndarray]
+    oracle_forward: Callable
+    oracle_backward: Callable
+    kind: str = "cost"
+    params: tuple[tuple[str, float], ...] = ()
+
+    def with_params(self, **params: float) -> Recurrence:
+        """This recurrence with its settings (``SOFTMSM.with_params(c=0.5)``)."""
+        return replace(self, params=tuple(sorted(params.items())))
+
+    def param(self, name: str) -> float:
+        """One setting's value."""
+        return dict(self.params)[name]
 
 
 SOFTDTW = Recurrence(
@@ -65,5 +79,17 @@ DTW = Recurrence(
     oracle_backward=dtw_backward,
 )
 
+#: Soft-MSM (Holder & Bagnall, 2026): a recurrence over the sequences, its split and merge
+#: costs on the edges reading x_{i-1} and y_{j-1} (:mod:`sdtw.msm_reference`); ``c``, the
+#: stiffness, is its one setting.
+SOFTMSM = Recurrence(
+    name="softmsm",
+    summary="Soft-MSM: softmin_gamma of match, split and merge edges (costs from x and y)",
+    oracle_forward=soft_msm_forward,
+    oracle_backward=soft_msm_backward,
+    kind="sequences",
+    params=(("c", 1.0),),
+)
+
 #: The recurrences by name.
-RECURRENCES = {r.name: r for r in (SOFTDTW, DTW)}
+RECURRENCES = {r.name: r for r in (SOFTDTW, DTW, SOFTMSM)}

@@ -23,7 +23,7 @@ class ReferenceBackend(Backend):
         devices=("cpu", "cuda"),
         band="the radius",
         lengths="a loop over each pair's slice",
-        recurrences=("softdtw", "dtw"),
+        recurrences=("softdtw", "dtw", "softmsm"),
     )
 
     def cost_values(self, plan, cost: torch.Tensor, pairs: Pairs) -> torch.Tensor:
@@ -58,6 +58,29 @@ class ReferenceBackend(Backend):
                 E[rows, :n, :m] = rec.oracle_backward(cb, R, plan.gamma, plan.bandwidth)
         out = torch.from_numpy(values).to(cost.device, cost.dtype)
         return out, (None if E is None else torch.from_numpy(E).to(cost.device, cost.dtype))
+
+    def sequence_value_and_grads(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
+        """The recurrence's oracle, one pair's slice at a time in a padded batch."""
+        rec, params = plan.recurrence, dict(plan.recurrence.params)
+        a = x.detach().to("cpu", torch.float64).numpy()
+        b = y.detach().to("cpu", torch.float64).numpy()
+        B, N, M = a.shape[0], a.shape[1], b.shape[1]
+        if pairs.x_lengths is None:
+            parts = [(slice(None), N, M)]
+        else:
+            ns, ms = pairs.x_lengths.tolist(), pairs.y_lengths.tolist()
+            parts = [(slice(p, p + 1), n, m) for p, (n, m) in enumerate(zip(ns, ms, strict=True))]
+        values, gx, gy = np.empty(B), np.zeros(a.shape), np.zeros(b.shape)
+        for rows, n, m in parts:
+            xa, yb = a[rows, :n], b[rows, :m]
+            values[rows], state = rec.oracle_forward(xa, yb, plan.gamma, plan.bandwidth, **params)
+            if need_x or need_y:
+                gx[rows, :n], gy[rows, :m] = rec.oracle_backward(
+                    xa, yb, state, plan.gamma, plan.bandwidth, **params
+                )
+        as_x = lambda t: torch.from_numpy(t).to(x.device, x.dtype)  # noqa: E731
+        as_y = lambda t: torch.from_numpy(t).to(y.device, y.dtype)  # noqa: E731
+        return as_x(values), as_x(gx) if need_x else None, as_y(gy) if need_y else None
 
 
 class _OracleFunction(torch.autograd.Function):
