@@ -9,6 +9,7 @@ from sdtw import distances
 from sdtw.alignment import alignment
 from sdtw.band import band_offsets, sakoe_chiba_mask
 from sdtw.barycenter import softdtw_barycenter, softdtw_barycenter_cpu
+from sdtw.cdist import cdist
 from sdtw.functional import softdtw, softdtw_from_cost
 from sdtw.module import SoftDTW
 from sdtw.msm import SoftMSM, soft_msm
@@ -19,6 +20,7 @@ __all__ = [
     "SoftMSM",
     "alignment",
     "band_offsets",
+    "cdist",
     "distances",
     "sakoe_chiba_mask",
     "soft_msm",

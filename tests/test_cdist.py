@@ -1,0 +1,100 @@
+"""``sdtw.cdist``: equal to the loop of pair calls (values and gradients) for every option on
+every backend (CUDA in the simulator, tiny), the symmetric case, lengths, the divergence and
+exact DTW; chunks, progress bar and errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sdtw
+from tests.conftest import SIMULATOR, randn, rel_err
+
+_SIM = pytest.mark.skipif(not SIMULATOR, reason="needs NUMBA_ENABLE_CUDASIM=1")
+BACKENDS = ["reference", "cpu", pytest.param("cuda", marks=_SIM)]
+
+
+def loop(X, Y, xl=None, yl=None, **kw) -> torch.Tensor:
+    """The matrix by the pair calls (the definition): every pair ``(X[a], Y[b])`` as one
+    batched call of B1 B2 pairs, with the inputs expanded."""
+    B1, B2 = X.shape[0], Y.shape[0]
+    i, j = torch.arange(B1).repeat_interleave(B2), torch.arange(B2).repeat(B1)
+    lens = {} if xl is None else dict(x_lengths=torch.tensor(xl)[i], y_lengths=torch.tensor(yl)[j])
+    return sdtw.softdtw(X[i], Y[j], **lens, **kw).view(B1, B2)
+
+
+OPTIONS = [
+    dict(gamma=0.5),
+    dict(gamma=0.0),
+    dict(gamma=0.3, normalize=True),
+    dict(gamma=0.0, normalize=True, bandwidth=2),
+    dict(gamma=0.7, dist="l1", bandwidth=1.5),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kw", OPTIONS, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+@pytest.mark.parametrize("lengths", [False, True])
+def test_cdist_is_the_loop_of_pair_calls(rng, backend, kw, lengths):
+    if backend == "cuda" and (lengths or kw.get("dist") == "l1" or kw.get("normalize")):
+        pytest.skip("(the simulator is slow: lengths and the divergence in the symmetric test)")
+    X, Y = randn(rng, 4, 6, 2).requires_grad_(), randn(rng, 3, 5, 2).requires_grad_()
+    xl, yl = ([6, 3, 1, 5], [5, 5, 2]) if lengths else (None, None)
+    W = torch.as_tensor(rng.uniform(0.5, 2.0, (4, 3)))  # an upstream gradient other than ones
+    chunk = 12 if backend == "cuda" else 5  # (the simulator: one chunk, no recomputation)
+    D = sdtw.cdist(X, Y, x_lengths=xl, y_lengths=yl, backend=backend, chunk=chunk, **kw)
+    want = loop(X, Y, xl, yl, backend=backend, **kw)
+    assert D.shape == (4, 3) and rel_err(D, want) < 1e-12
+    g = torch.autograd.grad((D * W).sum(), (X, Y))
+    h = torch.autograd.grad((want * W).sum(), (X, Y))
+    assert rel_err(g[0], h[0]) < 1e-12 and rel_err(g[1], h[1]) < 1e-12
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("normalize", [False, True])
+def test_symmetric_case(rng, backend, normalize):
+    if backend == "cuda" and not normalize:
+        pytest.skip("(the simulator is slow: the divergence's case covers the plain one)")
+    X = randn(rng, 4, 5, 2).requires_grad_()
+    xl = [5, 2, 4, 5] if backend == "cuda" else None
+    chunk = None if backend == "cuda" else 3
+    D = sdtw.cdist(X, gamma=0.4, normalize=normalize, x_lengths=xl, backend=backend, chunk=chunk)
+    full = sdtw.cdist(X, X.detach(), gamma=0.4, normalize=normalize, x_lengths=xl,
+                      y_lengths=xl, backend=backend)  # fmt: skip
+    assert torch.equal(D, D.T) and rel_err(D, full) < 1e-12
+    if normalize:
+        assert torch.equal(D.diagonal(), torch.zeros(4, dtype=D.dtype))
+    (g,) = torch.autograd.grad(D.triu().sum(), X)
+    if backend == "cuda":  # (the simulator is slow: against the CPU backend, itself tested)
+        C = sdtw.cdist(X, gamma=0.4, normalize=normalize, x_lengths=xl, backend="cpu")
+        (h,) = torch.autograd.grad(C.triu().sum(), X)
+        assert rel_err(D, C) < 1e-12 and rel_err(g, h) < 1e-12
+        return
+    # each unordered pair once, the diagonal once: the loop over a <= b
+    i, j = torch.triu_indices(4, 4)
+    want = sdtw.softdtw(X[i], X[j], gamma=0.4, normalize=normalize, backend=backend)
+    (h,) = torch.autograd.grad(want.sum(), X)
+    assert rel_err(g, h) < 1e-12
+
+
+def test_forward_only_chunks_progress_and_errors(rng, capsys):
+    X, Y = randn(rng, 7, 5, 1), randn(rng, 6, 4, 1)
+    want = sdtw.cdist(X, Y, gamma=0.2)
+    for chunk in (1, 4, 100):
+        assert torch.equal(sdtw.cdist(X, Y, gamma=0.2, chunk=chunk, progress=True), want)
+    assert "pair" in capsys.readouterr().err  # (tqdm's bar)
+    assert not want.requires_grad
+    with torch.no_grad():
+        assert not sdtw.cdist(X.requires_grad_(), Y, gamma=0.2).requires_grad
+    f32 = sdtw.cdist(X.detach().float(), Y.float(), gamma=0.2)
+    assert f32.dtype == torch.float32 and rel_err(f32, want) < 1e-5
+    with pytest.raises(ValueError, match="X"):
+        sdtw.cdist(X[0], Y)
+    with pytest.raises(ValueError, match="D="):
+        sdtw.cdist(X, randn(rng, 2, 4, 3))
+    with pytest.raises(ValueError, match="y_lengths"):
+        sdtw.cdist(X, y_lengths=[1] * 7)
+    with pytest.raises(ValueError, match="chunk"):
+        sdtw.cdist(X, Y, chunk=0)
+    with pytest.raises(ValueError, match="x_lengths"):
+        sdtw.cdist(X, Y, x_lengths=[9] * 7)
