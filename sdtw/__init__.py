@@ -12,6 +12,7 @@ from sdtw.barycenter import softdtw_barycenter, softdtw_barycenter_cpu
 from sdtw.cdist import cdist
 from sdtw.functional import softdtw, softdtw_from_cost
 from sdtw.module import SoftDTW
+from sdtw.neighbors import knn
 from sdtw.msm import SoftMSM, soft_msm
 from sdtw.reference import softdtw_reference
 
@@ -22,6 +23,7 @@ __all__ = [
     "band_offsets",
     "cdist",
     "distances",
+    "knn",
     "sakoe_chiba_mask",
     "soft_msm",
     "softdtw",

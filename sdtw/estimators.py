@@ -1,0 +1,182 @@
+"""Two estimators with scikit-learn's conventions (``fit``/``predict``/``score``,
+``get_params``/``set_params``, :func:`sklearn.base.clone`), on CPU or GPU tensors, for equal-
+or variable-length series (a list of series of different lengths is padded, with lengths,
+by :func:`sdtw.neighbors.as_padded`):
+
+* :class:`KNeighborsTimeSeriesClassifier`: k nearest neighbours by exact DTW (``gamma=0``,
+  the default), soft-DTW or the divergence, through the chunked :func:`sdtw.knn`;
+* :class:`SoftDTWKMeans`: k-means whose assignment is soft-DTW (or the divergence) to the
+  centroids, :func:`sdtw.cdist`, and whose centroids are soft-DTW barycenters,
+  :func:`sdtw.softdtw_barycenter`.
+
+Needs scikit-learn (``pip install scikit-learn``): this module is not imported by ``import
+sdtw``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin, ClusterMixin
+
+from sdtw.barycenter import softdtw_barycenter
+from sdtw.cdist import cdist
+from sdtw.neighbors import as_padded, knn
+
+__all__ = ["KNeighborsTimeSeriesClassifier", "SoftDTWKMeans"]
+
+
+class KNeighborsTimeSeriesClassifier(ClassifierMixin, BaseEstimator):
+    """k-nearest-neighbours classifier of time series.
+
+    Parameters
+    ----------
+    n_neighbors : int
+        Neighbours that vote (ties between classes: the class of the nearest tied neighbour).
+    gamma : float
+        0 (default): exact DTW; > 0: soft-DTW (with ``normalize``: its divergence, which is 0
+        between a series and itself; the plain value is not, and can be negative).
+    normalize, bandwidth, dist, backend
+        As in :func:`sdtw.cdist`.
+    device : str, torch.device or None
+        Where to compute (None: where the training data is).
+    group : torch.distributed ProcessGroup, True or None
+        Shard the neighbour search over the ranks (:func:`sdtw.knn`).
+    """
+
+    def __init__(self, n_neighbors=1, gamma=0.0, normalize=False, bandwidth=None,
+                 dist="sqeuclidean", backend="auto", device=None, group=None):  # fmt: skip
+        self.n_neighbors = n_neighbors
+        self.gamma = gamma
+        self.normalize = normalize
+        self.bandwidth = bandwidth
+        self.dist = dist
+        self.backend = backend
+        self.device = device
+        self.group = group
+
+    def fit(self, X, y):
+        self.X_, self.lengths_ = as_padded(X, "X", device=self.device)
+        labels = np.asarray(y)
+        if labels.shape != (self.X_.shape[0],):
+            raise ValueError(f"y must have one label per series ({self.X_.shape[0]}), got "
+                             f"shape {labels.shape}")  # fmt: skip
+        self.classes_, self.y_ = np.unique(labels, return_inverse=True)
+        return self
+
+    def kneighbors(self, X, n_neighbors=None):
+        """``(distances, indices)`` (B, k) of the nearest training series, nearest first."""
+        Q, lengths = as_padded(X, "X", dtype=self.X_.dtype, device=self.X_.device)
+        v, i = knn(Q, self.X_, n_neighbors or self.n_neighbors, gamma=self.gamma,
+                   normalize=self.normalize, bandwidth=self.bandwidth, dist=self.dist,
+                   x_lengths=lengths, y_lengths=self.lengths_, backend=self.backend,
+                   group=self.group)  # fmt: skip
+        return v.cpu().numpy(), i.cpu().numpy()
+
+    def predict(self, X):
+        _, idx = self.kneighbors(X)
+        votes = self.y_[idx]  # (B, k), nearest first
+        C = len(self.classes_)
+        counts = np.zeros((votes.shape[0], C), dtype=np.int64)
+        np.add.at(counts, (np.arange(votes.shape[0])[:, None], votes), 1)
+        best = counts.max(1, keepdims=True)
+        # among the tied classes, the one whose member comes first in the nearest-first list
+        tied = counts[np.arange(votes.shape[0])[:, None], votes] == best
+        return self.classes_[votes[np.arange(votes.shape[0]), tied.argmax(1)]]
+
+
+class SoftDTWKMeans(ClusterMixin, BaseEstimator):
+    """k-means of time series under soft-DTW, centroids by soft-DTW barycenters.
+
+    Each iteration assigns every series to the centroid of least soft-DTW value (or
+    divergence, ``normalize=True``) by :func:`sdtw.cdist`, then moves each non-empty
+    cluster's centroid to the barycenter of its members (:func:`sdtw.softdtw_barycenter`,
+    all clusters in one call, started at the current centroids), until the labels stop
+    changing or ``max_iter``.  Initial centroids: ``n_clusters`` distinct series drawn with
+    ``random_state``; the best of ``n_init`` runs (lowest inertia) is kept.
+
+    Attributes
+    ----------
+    cluster_centers_ : Tensor (n_clusters, N, D)
+    labels_ : ndarray (B,)
+    inertia_ : float
+        Sum over the series of the value to their centroid (soft-DTW values can be
+        negative: so can the inertia).
+    n_iter_ : int
+    """
+
+    def __init__(self, n_clusters=3, gamma=1.0, normalize=False, bandwidth=None, max_iter=10,
+                 barycenter_iter=30, n_init=1, random_state=None, backend="auto",
+                 device=None, group=None):  # fmt: skip
+        self.n_clusters = n_clusters
+        self.gamma = gamma
+        self.normalize = normalize
+        self.bandwidth = bandwidth
+        self.max_iter = max_iter
+        self.barycenter_iter = barycenter_iter
+        self.n_init = n_init
+        self.random_state = random_state
+        self.backend = backend
+        self.device = device
+        self.group = group
+
+    def _distances(self, X, lengths, centers) -> torch.Tensor:
+        with torch.no_grad():
+            return cdist(X, centers, gamma=self.gamma, normalize=self.normalize,
+                         bandwidth=self.bandwidth, x_lengths=lengths, backend=self.backend,
+                         progress=False, group=self.group)  # fmt: skip
+
+    def _run(self, X, lengths, rng) -> tuple:
+        B = X.shape[0]
+        if not 1 <= self.n_clusters <= B:
+            raise ValueError(f"n_clusters must be between 1 and the {B} series, got "
+                             f"{self.n_clusters!r}")  # fmt: skip
+        picks = rng.choice(B, self.n_clusters, replace=False)
+        n = int(X.shape[1] if lengths is None else lengths.max())
+        centers = X[torch.as_tensor(picks), :n].clone()
+        labels, n_iter = None, 0
+        for _ in range(self.max_iter):
+            n_iter += 1
+            D = self._distances(X, lengths, centers)
+            new = D.argmin(1).cpu().numpy()
+            if labels is not None and np.array_equal(new, labels):
+                break
+            labels = new
+            centers = self._update(X, lengths, labels, centers)
+        D = self._distances(X, lengths, centers)
+        labels = D.argmin(1).cpu().numpy()
+        inertia = float(D[torch.arange(B), torch.as_tensor(labels)].sum())
+        return centers, labels, inertia, n_iter
+
+    def _update(self, X, lengths, labels, centers) -> torch.Tensor:
+        ks = [k for k in range(self.n_clusters) if (labels == k).any()]  # (empty: kept)
+        sets = []
+        for k in ks:
+            rows = np.flatnonzero(labels == k)
+            sets.append([X[r, : (X.shape[1] if lengths is None else int(lengths[r]))]
+                         for r in rows])  # fmt: skip
+        Z = softdtw_barycenter(sets, gamma=self.gamma, init=centers[ks],
+                               max_iter=self.barycenter_iter, backend=self.backend,
+                               bandwidth=self.bandwidth)  # fmt: skip
+        out = centers.clone()
+        out[ks] = Z.reshape(len(ks), *centers.shape[1:]).to(centers.dtype)
+        return out
+
+    def fit(self, X, y=None):
+        Xp, lengths = as_padded(X, "X", device=self.device)
+        rng = np.random.default_rng(self.random_state)
+        best = None
+        for _ in range(max(1, self.n_init)):
+            run = self._run(Xp, lengths, rng)
+            if best is None or run[2] < best[2]:
+                best = run
+        self.cluster_centers_, self.labels_, self.inertia_, self.n_iter_ = best
+        return self
+
+    def predict(self, X):
+        Xp, lengths = as_padded(X, "X", dtype=self.cluster_centers_.dtype,
+                                device=self.cluster_centers_.device)  # fmt: skip
+        return self._distances(Xp, lengths, self.cluster_centers_).argmin(1).cpu().numpy()
+
+    def fit_predict(self, X, y=None):
+        return self.fit(X).labels_
