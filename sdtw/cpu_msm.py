@@ -6,12 +6,14 @@ summed afterwards) -> the launchers :func:`msm_cpu_forward` / :func:`msm_cpu_bac
 in, NumPy out, float64, internal asserts only).  The maths and the backward over edge
 occupancies are those of the float64 oracle, :mod:`sdtw.msm_reference`.
 
-Per cell the forward runs two transition costs (one ``exp``, one ``log1p`` and one ``sqrt``
-each) and the soft minimum of three (two ``exp``, one ``log1p``); only the soft minimum is on
-the row's dependency chain (a cell needs its left neighbour), so the costs of the next cells
-overlap it.  The backward recomputes the costs and their partial derivatives from x and y
-instead of storing them: it keeps the forward's ``R`` only, (B D, N, M), as soft-DTW's
-backward does, and two rows of occupancies.
+Per cell the forward takes one ``exp`` (the match cost's, shared by the cell's two transition
+costs), one ``log`` and one ``sqrt`` per transition cost, and two soft minima of two (one
+``exp`` and one ``log1p`` each), of which only the second is on the row's dependency chain.
+The backward recomputes the costs and their partial derivatives from x and y instead of
+storing them (it keeps the forward's ``R`` only, (B D, N, M), as soft-DTW's backward does,
+and two rows of occupancies) and takes two ``exp`` for the three edge weights.  Measured
+(2-core AMD EPYC VM under load from other work, CPU time on one thread, B = 32, D = 1,
+forward + backward): 2.5x soft-DTW's CPU backend at N = 128 and 512.
 """
 
 from __future__ import annotations
@@ -40,35 +42,52 @@ def _softmin2(a: float, b: float, gamma: float, ig: float) -> float:
     return m - gamma * math.log1p(math.exp(-abs(a - b) * ig))
 
 
-# The transition cost C(v, p, o) = c + (1 - s(u)) softmin_g((v - p)^2, (v - o)^2), the soft
-# minimum of two around their minimum: S = min - g log1p(e), e = exp(-|a - b| / g), with the
-# weights 1 / (1 + e) (the minimum's) and e / (1 + e).
+# The transition cost C(v, p, o) = c + (1 - s(u)) softmin_g(a, b), a = (v - p)^2 (the leg
+# within its own series: one per row or column), b = (v - o)^2 = the cell's match cost (the
+# same for the cell's two transitions).  With e_a = exp(-a / g), precomputed per row and column,
+# and e_b = exp(-b / g), once per cell, softmin_g(a, b) = -g log(e_a + e_b): one exp per cell
+# and one log per transition, the weights e_a / (e_a + e_b), e_b / (e_a + e_b).  Where both
+# exponentials underflow (small gamma) the stable form around the minimum takes over.
+_TINY = 1e-280
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _transition(v: float, p: float, o: float, c: float, gamma: float, ig: float) -> float:
-    dp, do = v - p, v - o
+def _soft2(dp: float, do: float, ea: float, eb: float, gamma: float, ig: float):
+    """softmin_g((dp)^2, (do)^2) and the weight of the first."""
+    total = ea + eb
+    if total > _TINY:
+        return -gamma * math.log(total), ea / total
     a, b = dp * dp, do * do
-    S = min(a, b) - gamma * math.log1p(math.exp(-abs(a - b) * ig))
+    e = math.exp(-abs(a - b) * ig)
+    w_min = 1.0 / (1.0 + e)
+    return min(a, b) - gamma * math.log1p(e), (w_min if a <= b else e * w_min)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _transition(v, p, o, ea, eb, c, gamma, ig) -> float:
+    dp, do = v - p, v - o
+    total = ea + eb
+    if total > _TINY:
+        S = -gamma * math.log(total)
+    else:
+        S = _soft2(dp, do, ea, eb, gamma, ig)[0]
     u = dp * do
-    s = 0.5 * (1.0 - u / math.sqrt(u * u + GATE_EPS))
-    return c + (1.0 - s) * S
+    return c + 0.5 * (1.0 + u / math.sqrt(u * u + GATE_EPS)) * S  # c + (1 - s(u)) S
 
 
 # Its value and partial derivatives (dv, dp, do):
 #   dC = (1 - s) (w_a da + w_b db) - S s'(u) du,  s'(u) = -eps / 2 (u^2 + eps)^(-3/2),
-#   da = 2 (v - p) (dv - dp), db = 2 (v - o) (dv - do), du = (v - o) dv - (v - o) dp ... :
+#   da/dv = -da/dp = 2 (v - p), db/dv = -db/do = 2 (v - o),
 #   du/dv = (v - o) + (v - p), du/dp = -(v - o), du/do = -(v - p).
 @njit(cache=True, nogil=True, inline="always")
-def _transition_grad(v: float, p: float, o: float, c: float, gamma: float, ig: float):
+def _transition_grad(v, p, o, ea, eb, c, gamma, ig):
     dp, do = v - p, v - o
-    a, b = dp * dp, do * do
-    e = math.exp(-abs(a - b) * ig)
-    S = min(a, b) - gamma * math.log1p(e)
-    w_min = 1.0 / (1.0 + e)
-    wa, wb = (w_min, e * w_min) if a <= b else (e * w_min, w_min)
+    S, wa = _soft2(dp, do, ea, eb, gamma, ig)
+    wb = 1.0 - wa
     u = dp * do
     r2 = u * u + GATE_EPS
     r = math.sqrt(r2)
-    keep = 1.0 - 0.5 * (1.0 - u / r)  # 1 - s(u)
+    keep = 0.5 * (1.0 + u / r)  # 1 - s(u)
     k = S * (-0.5 * GATE_EPS / (r2 * r))  # S s'(u)
     d_v = keep * 2.0 * (wa * dp + wb * do) - k * (dp + do)
     d_p = -keep * 2.0 * wa * dp + k * do
@@ -76,14 +95,65 @@ def _transition_grad(v: float, p: float, o: float, c: float, gamma: float, ig: f
     return c + keep * S, d_v, d_p, d_o
 
 
-# The forward sweeps a row in two passes.  softmin3(a, b, c) = softmin2(softmin2(a, b), c)
-# (a log-sum-exp of log-sum-exps), so the first pass, whose cells are independent, computes
-# each cell's soft minimum of its match and up candidates and its left edge's cost; the second
-# pass is the row's dependency chain, one softmin2 (one exp, one log1p) per cell: half the
-# latency of soft-DTW's chain, which the first pass's independent work does not lengthen.
+@njit(cache=True, nogil=True, inline="always")
+def _legs(z: np.ndarray, n: int, ig: float) -> np.ndarray:
+    """exp(-(z_i - z_{i-1})^2 / g) for i >= 1 of one channel's samples z (the own-series legs)."""
+    out = np.ones(max(n, 1))
+    for i in range(1, n):
+        out[i] = math.exp(-(z[i] - z[i - 1]) * (z[i] - z[i - 1]) * ig)
+    return out
+
+
+# The forward: softmin3(a, b, c) = softmin2(softmin2(a, b), c) (a log-sum-exp of
+# log-sum-exps), so each cell's soft minimum of its match and up candidates, and its left
+# edge's cost, depend only on the row above; the row's dependency chain is one softmin2 (one
+# exp, one log1p) per cell, half of soft-DTW's, and the core overlaps the rest of the next
+# cells with it (one loop: measured 12% faster than a first pass over the row's independent
+# work and then its chain).
 def _forward_kernel(x, y, c, gamma, ns, ms, los, his, R, values):
     """R (B D, N, M): task t = b D + d is pair b's channel d; ``+inf`` outside its table and
     band; ``values[t] = R[t, n_b - 1, m_b - 1]``."""
+    B, _, D = x.shape
+    ig = 1.0 / gamma
+    inf = math.inf
+    for t in prange(B * D):
+        b, d = t // D, t % D
+        n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+        Rt = R[t]
+        Rt[:, :] = inf
+        xs, ys = x[b, :, d], y[b, :, d]
+        ex, ey = _legs(xs, n, ig), _legs(ys, m, ig)
+        for i in range(n):
+            xi = xs[i]
+            j0, j1 = max(0, i - lo), min(m - 1, i + hi)
+            xp = xs[i - 1] if i > 0 else 0.0
+            left = inf  # (R[i, j0 - 1] is outside the band or the table)
+            for j in range(j0, j1 + 1):
+                yj = ys[j]
+                match = (xi - yj) * (xi - yj)
+                e_match = math.exp(-match * ig)
+                if i > 0:
+                    up = Rt[i - 1, j] + _transition(xi, xp, yj, ex[i], e_match, c, gamma, ig)
+                    diag = Rt[i - 1, j - 1] + match if j > 0 else inf
+                    head = _softmin2(diag, up, gamma, ig)
+                else:
+                    head = match if j == 0 else inf  # (R[0, 0])
+                edge = inf
+                if j > 0:
+                    edge = left + _transition(yj, ys[j - 1], xi, ey[j], e_match, c, gamma, ig)
+                # the row's chain: one softmin2 on the left neighbour
+                left = _softmin2(head, edge, gamma, ig)
+                Rt[i, j] = left
+        values[t] = Rt[n - 1, m - 1]
+
+
+# The backward: G, each cell's d value / d R, pushed from a cell to the tails of its three
+# edges in reverse order; the edge weights exp((R - a_k) / g) sum to 1 (R is their soft
+# minimum), so the largest, the minimum candidate's, is 1 minus the two others (two exps).
+def _backward_kernel(x, y, c, gamma, ns, ms, los, his, R, grad_out, gx, gy):
+    """Adds each task's gradient (times ``grad_out[b]``) into gx (B, N, D), gy (B, M, D)
+    (zeroed by the caller).  Cells in reverse order; ``G`` of two rows: the row's own (which
+    its left edges feed) and the row above (which its up and match edges feed)."""
     B, _, D = x.shape
     M = y.shape[1]
     ig = 1.0 / gamma
@@ -92,80 +162,63 @@ def _forward_kernel(x, y, c, gamma, ns, ms, los, his, R, values):
         b, d = t // D, t % D
         n, m, lo, hi = ns[b], ms[b], los[b], his[b]
         Rt = R[t]
-        Rt[:, :] = inf
-        head, edge = np.empty(M), np.empty(M)  # softmin(match, up); the left edge's cost
-        for i in range(n):
-            xi = x[b, i, d]
-            j0, j1 = max(0, i - lo), min(m - 1, i + hi)
-            if i == 0:
-                head[j0 : j1 + 1] = inf
-                head[0] = (xi - y[b, 0, d]) * (xi - y[b, 0, d])  # R[0, 0]
-            else:
-                xp = x[b, i - 1, d]
-                for j in range(j0, j1 + 1):
-                    yj = y[b, j, d]
-                    up = Rt[i - 1, j] + _transition(xi, xp, yj, c, gamma, ig)
-                    match = Rt[i - 1, j - 1] + (xi - yj) * (xi - yj) if j > 0 else inf
-                    head[j] = _softmin2(match, up, gamma, ig)
-            for j in range(max(j0, 1), j1 + 1):
-                edge[j] = _transition(y[b, j, d], y[b, j - 1, d], xi, c, gamma, ig)
-            left = inf  # (R[i, j0 - 1] is outside the band or the table)
-            for j in range(j0, j1 + 1):
-                left = _softmin2(head[j], left + edge[j] if j > 0 else inf, gamma, ig)
-                Rt[i, j] = left
-        values[t] = Rt[n - 1, m - 1]
-
-
-def _backward_kernel(x, y, c, gamma, ns, ms, los, his, R, grad_out, gx, gy):
-    """Adds each task's gradient (times ``grad_out[b]``) into gx (B, N, D), gy (B, M, D)
-    (zeroed by the caller).  Cells in reverse order; ``G`` of two rows: the row's own (which
-    its left edges feed) and the row above (which its up and match edges feed)."""
-    B, _, D = x.shape
-    M = y.shape[1]
-    ig = 1.0 / gamma
-    for t in prange(B * D):
-        b, d = t // D, t % D
-        n, m, lo, hi = ns[b], ms[b], los[b], his[b]
-        Rt = R[t]
+        xs, ys = x[b, :, d], y[b, :, d]
+        ex, ey = _legs(xs, n, ig), _legs(ys, m, ig)
         cur, above = np.zeros(M), np.zeros(M)
         cur[m - 1] = grad_out[b]
         for i in range(n - 1, -1, -1):
-            xi = x[b, i, d]
-            xp = x[b, i - 1, d] if i > 0 else 0.0
+            xi = xs[i]
+            xp = xs[i - 1] if i > 0 else 0.0
             above[:] = 0.0
             gxi = 0.0
             for j in range(min(m - 1, i + hi), max(0, i - lo) - 1, -1):
                 g = cur[j]
                 if g == 0.0:
                     continue
-                yj = y[b, j, d]
-                r = Rt[i, j]
-                if i == 0 and j == 0:
-                    w = g * 2.0 * (xi - yj)
-                    gxi += w
-                    gy[b, 0, d] -= w
+                yj = ys[j]
+                diff = xi - yj
+                if i == 0 and j == 0:  # R[0, 0] = (x_0 - y_0)^2
+                    gxi += g * 2.0 * diff
+                    gy[b, 0, d] -= g * 2.0 * diff
                     continue
+                r = Rt[i, j]
+                e_match = math.exp(-diff * diff * ig)
+                a_diag = a_up = a_left = inf
                 if i > 0:
-                    cost, d_v, d_p, d_o = _transition_grad(xi, xp, yj, c, gamma, ig)
-                    o = g * math.exp((r - Rt[i - 1, j] - cost) * ig)
-                    above[j] += o
-                    gxi += o * d_v
-                    gx[b, i - 1, d] += o * d_p
-                    gy[b, j, d] += o * d_o
+                    cu, u_v, u_p, u_o = _transition_grad(xi, xp, yj, ex[i], e_match, c, gamma, ig)
+                    a_up = Rt[i - 1, j] + cu
                     if j > 0:
-                        diff = xi - yj
-                        o = g * math.exp((r - Rt[i - 1, j - 1] - diff * diff) * ig)
+                        a_diag = Rt[i - 1, j - 1] + diff * diff
+                if j > 0:
+                    yp = ys[j - 1]
+                    cl, l_v, l_p, l_o = _transition_grad(yj, yp, xi, ey[j], e_match, c, gamma, ig)
+                    a_left = Rt[i, j - 1] + cl
+                if a_diag <= a_up and a_diag <= a_left:
+                    w_up, w_left = math.exp((r - a_up) * ig), math.exp((r - a_left) * ig)
+                    w_diag = max(1.0 - w_up - w_left, 0.0)
+                elif a_up <= a_left:
+                    w_diag, w_left = math.exp((r - a_diag) * ig), math.exp((r - a_left) * ig)
+                    w_up = max(1.0 - w_diag - w_left, 0.0)
+                else:
+                    w_diag, w_up = math.exp((r - a_diag) * ig), math.exp((r - a_up) * ig)
+                    w_left = max(1.0 - w_diag - w_up, 0.0)
+                if i > 0:
+                    o = g * w_up
+                    above[j] += o
+                    gxi += o * u_v
+                    gx[b, i - 1, d] += o * u_p
+                    gy[b, j, d] += o * u_o
+                    if j > 0:
+                        o = g * w_diag
                         above[j - 1] += o
                         gxi += o * 2.0 * diff
                         gy[b, j, d] -= o * 2.0 * diff
                 if j > 0:
-                    yp = y[b, j - 1, d]
-                    cost, d_v, d_p, d_o = _transition_grad(yj, yp, xi, c, gamma, ig)
-                    o = g * math.exp((r - Rt[i, j - 1] - cost) * ig)
+                    o = g * w_left
                     cur[j - 1] += o
-                    gy[b, j, d] += o * d_v
-                    gy[b, j - 1, d] += o * d_p
-                    gxi += o * d_o
+                    gy[b, j, d] += o * l_v
+                    gy[b, j - 1, d] += o * l_p
+                    gxi += o * l_o
             gx[b, i, d] += gxi
             cur, above = above, cur
 

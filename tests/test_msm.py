@@ -272,3 +272,17 @@ def test_cpu_parallel_kernels_match_one_pair_at_a_time():
         ex, ey = torch.autograd.grad(one.sum(), (xb, yb))
         assert v[b].item() == one.item()
         assert torch.equal(gx[b], ex[0]) and torch.equal(gy[b], ey[0])
+
+
+@pytest.mark.parametrize("gamma", [1e-3, 30.0])
+def test_cpu_small_and_large_gamma(gamma):
+    # (small gamma: the kernels' exp(-a / gamma) underflow, the stable form takes over)
+    x, y = _data(2, 6, 5, 2, seed=9)
+    x = (3 * x).requires_grad_()
+    y = y.requires_grad_()
+    out = {}
+    for backend in BACKENDS:
+        v = sdtw.soft_msm(x, y, gamma=gamma, c=0.5, backend=backend)
+        out[backend] = (v, *torch.autograd.grad(v.sum(), (x, y)))
+    for a, b in zip(out["cpu"], out["reference"], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)

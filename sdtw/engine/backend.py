@@ -131,7 +131,9 @@ class Backend:
 
     def pair_values(self, plan: Plan, x: torch.Tensor, y: torch.Tensor, pairs: Pairs):
         if plan.recurrence.kind == "sequences":
-            return _SequenceValues.apply(x, y, self, plan, pairs)
+            if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
+                return _SequenceValues.apply(x, y, self, plan, pairs)
+            return self.sequence_value_and_grads(plan, x, y, pairs, False, False)[0]
         out = self.cost_values(plan, self._pair_cost(plan, x, y), pairs)
         return out if out.dtype == x.dtype else out.to(x.dtype)
 
