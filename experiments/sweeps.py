@@ -166,7 +166,9 @@ def _long(device: str, quick: bool) -> list[Config]:
 def _cpu(device: str, quick: bool) -> list[Config]:
     if quick:
         return _square((2,), (8, 13), (1, 3))
-    return _square((8, 32), (32, 64, 128), (1, 8))
+    # issue 55's targets: B = 32 at N = 64 .. 512, D in {1, 8}; and one tiny pair, where the
+    # host work per call is the whole step
+    return [*_square((32,), (64, 128, 256, 512), (1, 8)), Config(1, 16, 16, 2)]
 
 
 def _targets(device: str, quick: bool) -> list[Config]:
@@ -270,8 +272,8 @@ SWEEPS: dict[str, Sweep] = {
         ),
         Sweep(
             "cpu",
-            "small CPU grid (a few minutes on 2 cores): sdtw-cpu vs torch, tslearn, aeon, "
-            "reference",
+            "CPU grid (issue 55's targets: B = 32, N = 64 .. 512, D in {1, 8}; B = 1, N = 16): "
+            "sdtw-cpu vs torch, tslearn, aeon, reference",
             "cpu",
             ("sdtw-cpu", "torch", "tslearn", "aeon", "reference"),
             _cpu,
