@@ -8,7 +8,7 @@ from __future__ import annotations
 from sdtw import _compat, distances
 from sdtw.alignment import alignment
 from sdtw.band import band_offsets, sakoe_chiba_mask
-from sdtw.barycenter import softdtw_barycenter, softdtw_barycenter_cpu
+from sdtw.barycenter import soft_msm_barycenter, softdtw_barycenter, softdtw_barycenter_cpu
 from sdtw.cdist import cdist
 from sdtw.functional import softdtw, softdtw_from_cost
 from sdtw.module import SoftDTW
@@ -26,6 +26,7 @@ __all__ = [
     "knn",
     "sakoe_chiba_mask",
     "soft_msm",
+    "soft_msm_barycenter",
     "softdtw",
     "softdtw_barycenter",
     "softdtw_barycenter_cpu",

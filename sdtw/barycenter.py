@@ -31,10 +31,13 @@ import torch.nn.functional as F
 
 from sdtw import _validation as V
 from sdtw.functional import softdtw
+from sdtw.msm import check_c, soft_msm
 
-__all__ = ["softdtw_barycenter", "softdtw_barycenter_cpu"]
+__all__ = ["soft_msm_barycenter", "softdtw_barycenter", "softdtw_barycenter_cpu"]
 
 METHODS = ("adam", "lbfgs")
+#: The measures a barycenter can minimise (``measure=``).
+MEASURES = ("softdtw", "softmsm")
 #: Gradient-norm cap per barycenter (Adam only), as the paper's code.
 MAX_GRAD_NORM = 1.0
 #: Function evaluations allowed to one L-BFGS line search.
@@ -248,8 +251,11 @@ def softdtw_barycenter(
     bandwidth: int | None = None,
     lengths: torch.Tensor | Sequence | None = None,
     memory: str = "auto",
+    measure: str = "softdtw",
+    c: float = 1.0,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | list[torch.Tensor]]:
-    """Soft-DTW barycenter(s): the sequence(s) Z minimising the weighted soft-DTW to a set.
+    """Soft-DTW barycenter(s): the sequence(s) Z minimising the weighted soft-DTW to a set
+    (or, with ``measure="softmsm"``, the weighted Soft-MSM: :func:`soft_msm_barycenter`).
 
     .. math::
 
@@ -310,6 +316,12 @@ def softdtw_barycenter(
         convergence).
     return_history : bool
         Also return the objective per iteration.
+    measure : {"softdtw", "softmsm"}
+        The measure minimised: soft-DTW (:func:`sdtw.softdtw`) or Soft-MSM
+        (:func:`sdtw.soft_msm`, stiffness ``c``; ``fused`` and ``memory`` must then keep their
+        defaults), with the same optimisers.
+    c : float
+        Soft-MSM's stiffness, > 0 (``measure="softmsm"`` only).
     lengths : integer Tensor or sequence, or None
         With a padded tensor ``X``: each sequence's own length, (S,) for (S, N, D) or (K, S)
         for (K, S, N, D), ``1 <= lengths <= N``; sequence s is ``X[..., s, :lengths[s], :]``
@@ -352,6 +364,15 @@ def softdtw_barycenter(
     tol = _check_real("tol", tol, positive=False)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if measure not in MEASURES:
+        raise ValueError(f"measure must be one of {MEASURES}, got {measure!r}")
+    if measure == "softmsm":
+        c = check_c(c)
+        if fused is not None or memory != "auto":
+            raise ValueError(
+                "measure='softmsm' has no fused or checkpointed kernels: leave fused=None and "
+                f"memory='auto', got fused={fused!r}, memory={memory!r}"
+            )
 
     groups, grouped = _parse_groups(X)
     if lengths is not None:
@@ -408,6 +429,18 @@ def softdtw_barycenter(
         """(K,) objectives; groups with no pair in ``bucks`` get 0."""
         total = Z.new_zeros(K)
         for b in bucks:
+            if measure == "softmsm":
+                d = soft_msm(
+                    Z[b.group],
+                    b.X,
+                    c=c,
+                    gamma=gamma,
+                    bandwidth=bandwidth,
+                    backend=backend,
+                    y_lengths=b.lengths,
+                )
+                total = total.index_add(0, b.group, b.weight * d)
+                continue
             d = softdtw(
                 Z[b.group],
                 b.X,
@@ -716,6 +749,21 @@ def _lbfgs(
     finally:
         bar.close()
     return track.result()
+
+
+def soft_msm_barycenter(
+    X: torch.Tensor | Sequence, *, c: float = 1.0, gamma: float = 1.0, **kwargs
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | list[torch.Tensor]]:
+    """Soft-MSM barycenter(s) (soft-MBA): the sequence(s) Z minimising the weighted Soft-MSM
+    to a set,
+
+    .. math::
+
+        Z^\\star = \\operatorname*{arg\\,min}_Z \\sum_i w_i\\, \\mathrm{smsm}_{\\gamma,c}(Z, X_i),
+
+    with the optimisers, arguments and returns of :func:`softdtw_barycenter`
+    (``measure="softmsm"``; ``fused`` and ``memory`` do not apply)."""
+    return softdtw_barycenter(X, c=c, gamma=gamma, measure="softmsm", **kwargs)
 
 
 def softdtw_barycenter_cpu(X: torch.Tensor | Sequence, **kwargs):

@@ -286,3 +286,37 @@ def test_cpu_small_and_large_gamma(gamma):
         out[backend] = (v, *torch.autograd.grad(v.sum(), (x, y)))
     for a, b in zip(out["cpu"], out["reference"], strict=True):
         torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("method", ["adam", "lbfgs"])
+def test_soft_msm_barycenter_lowers_its_objective(method):
+    from sdtw.barycenter import soft_msm_barycenter
+
+    x, _ = _data(5, 12, 12, 1, seed=10)
+    Z, history = soft_msm_barycenter(
+        x, c=0.5, gamma=0.1, max_iter=15, method=method, return_history=True
+    )
+    assert Z.shape == (12, 1) and history[-1] < history[0]
+    objective = sdtw.soft_msm(Z.expand(5, 12, 1), x, c=0.5, gamma=0.1).mean()
+    assert objective.item() == pytest.approx(history.min().item(), rel=1e-6)
+
+
+def test_soft_msm_barycenter_groups_are_separate_calls():
+    from sdtw.barycenter import soft_msm_barycenter
+
+    x, y = _data(4, 10, 10, 1, seed=11)
+    both = soft_msm_barycenter(torch.stack([x, y]), gamma=0.5, max_iter=5)
+    one = soft_msm_barycenter(x, gamma=0.5, max_iter=5)
+    torch.testing.assert_close(both[0], one, rtol=1e-10, atol=1e-10)
+
+
+def test_barycenter_measure_is_validated():
+    from sdtw.barycenter import soft_msm_barycenter, softdtw_barycenter
+
+    x, _ = _data(3, 5, 5, 1)
+    with pytest.raises(ValueError, match="measure"):
+        softdtw_barycenter(x, measure="msm")
+    with pytest.raises(ValueError, match="fused"):
+        soft_msm_barycenter(x, fused=True)
+    with pytest.raises(ValueError, match="c must be"):
+        soft_msm_barycenter(x, c=0.0)
