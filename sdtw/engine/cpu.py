@@ -49,8 +49,9 @@ def _dtw_value_and_grad(c: np.ndarray, lo, hi, tables, need: bool, cost: torch.T
 def _from_sequences(plan) -> bool:
     """Whether the kernels of :mod:`sdtw.cpu_fused` run the call from x and y: the
     checkpointed mode, and soft-DTW's full mode with a named cost (the cost built and its
-    gradient taken inside the kernels: no E (B, N, M), no torch work between the kernels;
-    2-9x faster than the cost path on 2 cores at B = 32, N = 64 to 512)."""
+    gradient taken inside the kernels: no E (B, N, M), no torch work between the kernels,
+    whose OpenMP pools fight Numba's on a few cores; 1.3-2.5x faster than the cost path on
+    2 cores at B = 32, N = 64 to 512)."""
     if plan.checkpoint:
         return True
     return (
