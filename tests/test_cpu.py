@@ -195,3 +195,34 @@ def test_serial_and_parallel_kernels_agree_with_reference(B, N, M):
     E_ref = reference_backward(cost, R_ref, 0.1, None) * go[:, None, None]
     assert np.linalg.norm(E - E_ref) <= 1e-10 * np.linalg.norm(E_ref)
     assert cpu._serial(B, N, M) == (B * N * M <= cpu.SERIAL_MAX_CELLS or B == 1)
+
+
+@pytest.mark.parametrize("dist", ["sqeuclidean", "euclidean", "l1"])
+@pytest.mark.parametrize("B,N,M,lengths", [(3, 7, 5, False), (5, 13, 11, True), (40, 30, 29, True)])
+def test_full_mode_from_sequences_matches_reference(dist, B, N, M, lengths):
+    """The full mode with a named cost runs from x and y (the cost and the gradients wrt x, y
+    inside the Numba kernels, no E (B, N, M)): values and gradients, with a band, per-pair
+    lengths, the serial and the parallel kernels and an upstream gradient other than ones,
+    against the float64 reference backend; and against the cost path (a callable dist)."""
+    import sdtw
+    from sdtw import distances
+
+    rng = _rng("from-sequences", dist, B, N, M, lengths)
+    x = torch.as_tensor(rng.standard_normal((B, N, 3)))
+    y = torch.as_tensor(rng.standard_normal((B, M, 3)))
+    w = torch.as_tensor(rng.normal(size=B))
+    kw = {}
+    if lengths:
+        kw = dict(
+            x_lengths=torch.as_tensor(rng.integers(1, N + 1, B)),
+            y_lengths=torch.as_tensor(rng.integers(1, M + 1, B)),
+        )
+    results = []
+    for backend, d in (("cpu", dist), ("reference", dist), ("cpu", getattr(distances, dist))):
+        xr, yr = x.clone().requires_grad_(), y.clone().requires_grad_()
+        v = sdtw.softdtw(xr, yr, gamma=0.1, bandwidth=6, dist=d, backend=backend, **kw)
+        (v * w).sum().backward()
+        results.append((v.detach(), xr.grad, yr.grad))
+    for got in (results[0], results[2]):
+        for a, b in zip(got, results[1], strict=True):
+            assert torch.linalg.norm(a - b) <= 1e-10 * torch.linalg.norm(b)
