@@ -80,6 +80,11 @@ def soft_msm_options(x, y, opts: Options, rec: Recurrence, x_lengths=None, y_len
     x, y, unbatched = V.check_sequences(x, y)
     B, N, M = x.shape[0], x.shape[1], y.shape[1]
     pairs = Pairs.of(V.check_lengths(x_lengths, y_lengths, B, N, M, x.device))
+    if opts.backend == "cuda":
+        raise NotImplementedError(
+            "soft_msm: the CUDA kernels are not implemented yet; use backend='cpu' (CUDA "
+            "tensors are copied to the CPU and back) or backend='auto'"
+        )
     if opts.backend == "auto" and x.device.type == "cuda":
         warnings.warn(
             "soft_msm has no CUDA kernels yet: backend='auto' runs the CPU kernels on a copy",
