@@ -67,6 +67,11 @@ def _run_pairs(opts, X, Y, i, j, xl, yl, step: int, grad: bool, bar) -> torch.Te
         ic, jc = i[s : s + step], j[s : s + step]
 
         def leaf(X, Y, ic=ic, jc=jc):
+            if not grad:  # (a backend's forward-only kernel that reads the rows in place)
+                plan = engine.plan_pairs(opts, X, Y, xl is not None, False)
+                v = plan.backend.table_values(plan, X, Y, ic, jc, xl, yl)
+                if v is not None:
+                    return v
             a, b = X.index_select(0, ic), Y.index_select(0, jc)
             pairs = Pairs() if xl is None else Pairs(xl[ic], yl[jc])
             plan = engine.plan_pairs(opts, a, b, xl is not None, grad)

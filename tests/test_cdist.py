@@ -98,3 +98,20 @@ def test_forward_only_chunks_progress_and_errors(rng, capsys):
         sdtw.cdist(X, Y, chunk=0)
     with pytest.raises(ValueError, match="x_lengths"):
         sdtw.cdist(X, Y, x_lengths=[9] * 7)
+
+
+@pytest.mark.parametrize("bandwidth", [None, 2])
+def test_forward_only_exact_dtw_reads_the_rows_in_place(rng, bandwidth):
+    """Without gradients, exact DTW on the CPU runs a kernel that reads X and Y in place
+    (sdtw.cpu_pairs): the pair calls' values, with lengths, a band, NaN padding, float32."""
+    X, Y = randn(rng, 5, 7, 3), randn(rng, 4, 6, 3)
+    xl, yl = [7, 3, 1, 7, 5], [6, 2, 6, 4]
+    Xp = X.clone()
+    Xp[1, 3:] = float("nan")  # (never read)
+    kw = dict(gamma=0.0, bandwidth=bandwidth)
+    D = sdtw.cdist(Xp, Y, x_lengths=xl, y_lengths=yl, chunk=6, **kw)
+    assert rel_err(D, loop(X, Y, xl, yl, **kw)) < 1e-12
+    S = sdtw.cdist(X, x_lengths=xl, normalize=True, **kw)
+    assert rel_err(S, loop(X, X, xl, xl, normalize=True, **kw)) < 1e-12
+    D32 = sdtw.cdist(X.float(), Y.float(), **kw)
+    assert D32.dtype == torch.float32 and rel_err(D32, loop(X, Y, **kw)) < 1e-6

@@ -114,6 +114,13 @@ class Backend:
         return guard(cost, self.name)
 
     # -- values ------------------------------------------------------------------------------
+    def table_values(self, plan: Plan, X, Y, i, j, x_lengths, y_lengths):
+        """Forward-only values (P,) of the pairs ``(X[i[p]], Y[j[p]])`` of an all-pairs table
+        (:func:`sdtw.cdist`), read from X (B1, N, D) and Y (B2, M, D) in place; None where
+        this backend has no such kernel for the plan (the caller gathers the rows and calls
+        :meth:`pair_values`)."""
+        return None
+
     def cost_values(self, plan: Plan, cost: torch.Tensor, pairs: Pairs) -> torch.Tensor:
         raise NotImplementedError
 

@@ -108,6 +108,21 @@ class CPUBackend(Backend):
         E = cpu_backward(R, plan.gamma, lo, hi, np.ones(c.shape[0]), tables)
         return out, torch.from_numpy(E).to(cost.device, cost.dtype)
 
+    def table_values(self, plan, X, Y, i, j, x_lengths, y_lengths):
+        # (exact DTW only: soft-DTW's cost path is faster, see sdtw.cpu_pairs)
+        if plan.dist != "sqeuclidean" or plan.recurrence.name != "dtw":
+            return None
+        from sdtw.cpu_pairs import pair_table_values
+
+        N, M = X.shape[1], Y.shape[1]
+        I, J = i.cpu().numpy(), j.cpu().numpy()
+        ns = np.full(I.shape, N) if x_lengths is None else x_lengths.cpu().numpy()[I]
+        ms = np.full(J.shape, M) if y_lengths is None else y_lengths.cpu().numpy()[J]
+        los, his = pair_offsets(ns, ms, plan.bandwidth)
+        a, b = (t.detach().to("cpu", torch.float64).contiguous().numpy() for t in (X, Y))
+        values = pair_table_values(a, b, I, J, ns, ms, los, his)
+        return torch.from_numpy(values).to(X.device, X.dtype)
+
     def _checkpoint_tables(self, plan, x, y, pairs: Pairs) -> tuple:
         B, N, M = x.shape[0], x.shape[1], y.shape[1]
         lo, hi, tables = _band(plan, N, M, pairs)
