@@ -14,19 +14,18 @@ backend       Soft-MSM
 ============  ==================================================================
 reference     float64 NumPy oracle (:mod:`sdtw.msm_reference`; slow)
 cpu           Numba CPU kernels (:mod:`sdtw.cpu_msm`), float64 inside
-cuda          not implemented yet (a clear error; ``"auto"`` takes the CPU)
+cuda          simple Numba CUDA kernels (:mod:`sdtw.cuda.msm`: one block per pair
+              and channel, anti-diagonal wavefront, float64; tested in the simulator)
 ============  ==================================================================
 
-``backend="auto"`` is ``"cpu"``, for CUDA tensors too (a copy, with a warning) until the CUDA
-kernels exist.
+``backend="auto"`` picks ``"cuda"`` for CUDA tensors and ``"cpu"`` otherwise, as
+:func:`sdtw.softdtw` (:func:`sdtw.engine.resolve`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
-import warnings
 
 import numpy as np
 import torch
@@ -80,18 +79,6 @@ def soft_msm_options(x, y, opts: Options, rec: Recurrence, x_lengths=None, y_len
     x, y, unbatched = V.check_sequences(x, y)
     B, N, M = x.shape[0], x.shape[1], y.shape[1]
     pairs = Pairs.of(V.check_lengths(x_lengths, y_lengths, B, N, M, x.device))
-    if opts.backend == "cuda":
-        raise NotImplementedError(
-            "soft_msm: the CUDA kernels are not implemented yet; use backend='cpu' (CUDA "
-            "tensors are copied to the CPU and back) or backend='auto'"
-        )
-    if opts.backend == "auto" and x.device.type == "cuda":
-        warnings.warn(
-            "soft_msm has no CUDA kernels yet: backend='auto' runs the CPU kernels on a copy",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        opts = dataclasses.replace(opts, backend="cpu")
     grad = torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)
     plan = engine.plan_pairs(opts, x, y, pairs.x_lengths is not None, grad, rec)
     out = engine.pair_values(plan, x, y, pairs)

@@ -14,9 +14,10 @@ import torch
 import sdtw
 from sdtw.band import sakoe_chiba_mask
 from sdtw.msm_reference import GATE_EPS, soft_msm_backward, soft_msm_forward
+from tests.conftest import SIMULATOR, requires_sim
 from tests.oracles import all_paths
 
-BACKENDS = ("reference", "cpu")
+BACKENDS = ("reference", "cpu", pytest.param("cuda", marks=requires_sim))
 #: (N, M, D, bandwidth): N != M, 1 on either side, several channels, a band.
 SHAPES = ((1, 1, 1, None), (1, 4, 1, None), (5, 1, 2, None), (4, 3, 1, None), (6, 7, 3, 2))
 #: The brute force's (every path enumerated: small tables only).
@@ -244,12 +245,6 @@ def test_shapes_are_validated():
         sdtw.soft_msm(x, y, x_lengths=[4, 1], y_lengths=[3, 3])
 
 
-def test_cuda_backend_says_not_implemented():
-    x, y = _data(1, 3, 3, 1)
-    with pytest.raises(NotImplementedError, match="CUDA kernels are not implemented yet"):
-        sdtw.soft_msm(x, y, backend="cuda")
-
-
 def test_the_recurrence_is_on_the_seam():
     from sdtw.engine import RECURRENCES, capabilities_table
 
@@ -281,11 +276,12 @@ def test_cpu_small_and_large_gamma(gamma):
     x = (3 * x).requires_grad_()
     y = y.requires_grad_()
     out = {}
-    for backend in BACKENDS:
+    for backend in ("reference", "cpu", *(("cuda",) if SIMULATOR else ())):
         v = sdtw.soft_msm(x, y, gamma=gamma, c=0.5, backend=backend)
         out[backend] = (v, *torch.autograd.grad(v.sum(), (x, y)))
-    for a, b in zip(out["cpu"], out["reference"], strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+    for backend in out:
+        for a, b in zip(out[backend], out["reference"], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
 
 
 @pytest.mark.parametrize("method", ["adam", "lbfgs"])

@@ -82,7 +82,7 @@ class CUDABackend(Backend):
         devices=("cuda",),
         band="offsets (lo, hi); the radius with per-pair lengths",
         lengths="one int64 (2 P,) device tensor",
-        recurrences=("softdtw", "dtw"),
+        recurrences=("softdtw", "dtw", "softmsm"),
     )
 
     def usable(self, device: torch.device) -> tuple[bool, str]:
@@ -179,3 +179,21 @@ class CUDABackend(Backend):
         return kernels().sqeuclidean_value_and_grads(
             x, y, plan.gamma, lo, hi, plan.fused, need_x, need_y, lens, plan.checkpoint
         )
+
+    def sequence_value_and_grads(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
+        """Soft-MSM's simple kernels (:mod:`sdtw.cuda.msm`, float64 inside), each pair's band
+        offsets and lengths in NumPy tables as the CPU kernels take them."""
+        from sdtw.cpu import _tables
+        from sdtw.cuda.msm import msm_cuda
+
+        B, N, M = x.shape[0], x.shape[1], y.shape[1]
+        if pairs.x_lengths is None:
+            tables = _tables(B, N, M, *band_offsets(N, M, plan.bandwidth), None)
+        else:
+            lens = (pairs.x_lengths.cpu().numpy(), pairs.y_lengths.cpu().numpy())
+            tables = _tables(B, N, M, *pair_offsets(*lens, plan.bandwidth), lens)
+        c = plan.recurrence.param("c")
+        values, gx, gy = msm_cuda(x, y, c, plan.gamma, tables, need_x or need_y)
+        gx = gx.to(x.dtype) if need_x else None
+        gy = gy.to(y.dtype) if need_y else None
+        return values.to(x.dtype), gx, gy
