@@ -266,3 +266,11 @@ def figures(session: nox.Session) -> None:
 def paper(session: nox.Session) -> None:
     """Regenerate paper/REPRODUCTION.md from the committed CSVs (no install: standard library)."""
     session.run("python", "-m", "paper.make_report", *session.posargs)
+
+
+@nox.session(venv_params=VENV)
+def soft_msm(session: nox.Session) -> None:
+    """Rerun the Soft-MSM reproduction (aeon's UCR datasets, CPU) and regenerate SOFT_MSM.md."""
+    _install(session, "test", peers=True)  # (aeon: the datasets, MBA and the hard distances)
+    session.run("python", "-m", "experiments.soft_msm_repro", *session.posargs)
+    session.run("python", "-m", "paper.soft_msm_report")
