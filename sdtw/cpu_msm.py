@@ -90,10 +90,9 @@ def _transition_grad(v, p, o, ea, eb, c, gamma, ig):
     S, wa = _soft2(dp, do, ea, eb, gamma, ig)
     wb = 1.0 - wa
     u = dp * do
-    r2 = u * u + GATE_EPS
-    r = math.sqrt(r2)
-    keep = 0.5 * (1.0 + u / r)  # 1 - s(u)
-    k = S * (-0.5 * GATE_EPS / (r2 * r))  # S s'(u)
+    inv_r = 1.0 / math.sqrt(u * u + GATE_EPS)
+    keep = 0.5 * (1.0 + u * inv_r)  # 1 - s(u)
+    k = S * (-0.5 * GATE_EPS * inv_r * inv_r * inv_r)  # S s'(u)
     d_v = keep * 2.0 * (wa * dp + wb * do) - k * (dp + do)
     d_p = -keep * 2.0 * wa * dp + k * do
     d_o = -keep * 2.0 * wb * do + k * dp
