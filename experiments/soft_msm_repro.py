@@ -17,6 +17,8 @@ measurement, with the run's provenance) that ``python -m paper.soft_msm_report``
    ``--per-class`` series per class, seeded), each test series given the class of its nearest
    centroid; Soft-MSM centroids scored with MSM, soft-DTW centroids with DTW (aeon's
    distances), gamma = 0.1 for both, and MBA centroids with MSM.
+3. k-means adjusted Rand index (k = the number of classes, training set, Lloyd's iterations
+   with barycentre updates, gamma = 0.1; not on OSULeaf: too long here).
 
 Series longer than 256 run ``--long-repeats`` repeats (OSULeaf, 427: the time of the soft
 barycentres grows with N^2).  The CSV records what ran.
@@ -141,6 +143,41 @@ def nearest_centroid(name: str, data, per_class: int, max_iter: int, rng) -> lis
     return rows
 
 
+def kmeans(name: str, data, iters: int, max_iter: int, rng) -> list[dict]:
+    """k-means (k = the number of classes) of the training set, Lloyd's iterations: each series
+    to its nearest centroid (hard MSM for Soft-MSM centroids, DTW for soft-DTW's), each
+    centroid the barycentre of its cluster (warm-started from the last); both measures from
+    the same k random series; the adjusted Rand index against the classes."""
+    from sklearn.metrics import adjusted_rand_score
+
+    import sdtw
+
+    X, y = data[0], data[1]
+    k = len(np.unique(y))
+    start = rng.choice(len(X), k, replace=False)
+    rows = []
+    for method, distance in (("soft_msm", msm), ("soft_dtw", dtw)):
+        Z = X[start].copy()
+        labels = np.zeros(len(X), dtype=int)
+        for _ in range(iters):
+            labels = np.array([int(np.argmin([distance(x, z) for z in Z])) for x in X])
+            for j in range(k):
+                members = X[labels == j]
+                if len(members) == 0:
+                    continue
+                t = torch.as_tensor(members[:, :, None])
+                kw = dict(gamma=NC_GAMMA, method="lbfgs", max_iter=max_iter, lr=1.0,
+                          init=torch.as_tensor(Z[j][:, None]))  # fmt: skip
+                if method == "soft_msm":
+                    Z[j] = sdtw.soft_msm_barycenter(t, c=C, **kw).numpy()[:, 0]
+                else:
+                    Z[j] = sdtw.softdtw_barycenter(t, **kw).numpy()[:, 0]
+        labels = np.array([int(np.argmin([distance(x, z) for z in Z])) for x in X])
+        rows.append(dict(experiment="kmeans", dataset=name, method=method, gamma=NC_GAMMA,
+                         repeat=0, metric="ari", value=adjusted_rand_score(y, labels)))  # fmt: skip
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=OUT)
@@ -150,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-iter", type=int, default=30)
     p.add_argument("--per-class", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kmeans-iter", type=int, default=5)
     args = p.parse_args(argv)
     torch.set_num_threads(2)
     prov = provenance()
@@ -161,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: {data[0].shape[0]} x {data[0].shape[1]}, {repeats} repeats", flush=True)
         rows += barycentre_loss(name, data, repeats, args.max_iter, rng)
         rows += nearest_centroid(name, data, args.per_class, args.max_iter, rng)
+        if data[0].shape[1] <= 256:  # (OSULeaf's 200 x 427: too long for this machine)
+            rows += kmeans(name, data, args.kmeans_iter, args.max_iter // 3, rng)
     settings = dict(c=C, max_iter=args.max_iter, per_class=args.per_class, seed=args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as f:
