@@ -92,8 +92,10 @@ class SoftDTWKMeans(ClusterMixin, BaseEstimator):
     divergence, ``normalize=True``) by :func:`sdtw.cdist`, then moves each non-empty
     cluster's centroid to the barycenter of its members (:func:`sdtw.softdtw_barycenter`,
     all clusters in one call, started at the current centroids), until the labels stop
-    changing or ``max_iter``.  Initial centroids: ``n_clusters`` distinct series drawn with
-    ``random_state``; the best of ``n_init`` runs (lowest inertia) is kept.
+    changing or ``max_iter``.  With ``group``, the assignment's pairs and the clusters'
+    barycenters are dealt to the ranks and all-gathered.  Initial centroids: ``n_clusters``
+    distinct series drawn with ``random_state``; the best of ``n_init`` runs (lowest inertia)
+    is kept.
 
     Attributes
     ----------
@@ -150,6 +152,26 @@ class SoftDTWKMeans(ClusterMixin, BaseEstimator):
 
     def _update(self, X, lengths, labels, centers) -> torch.Tensor:
         ks = [k for k in range(self.n_clusters) if (labels == k).any()]  # (empty: kept)
+        if self.group is None:
+            Z = self._barycenters(X, lengths, labels, centers, ks)
+        else:  # each rank its block of the clusters, then all-gathered
+            import torch.distributed as dist
+
+            from sdtw.shard import blocks, gather_blocks, process_group
+
+            pg = process_group(self.group)
+            spans = blocks(len(ks), dist.get_world_size(pg))
+            a, b = spans[dist.get_rank(pg)]
+            mine = self._barycenters(X, lengths, labels, centers, ks[a:b])
+            Z = gather_blocks(mine, spans, pg)
+        out = centers.clone()
+        out[ks] = Z
+        return out
+
+    def _barycenters(self, X, lengths, labels, centers, ks) -> torch.Tensor:
+        """The barycenters (len(ks), N, D) of the clusters ``ks``, from their centroids."""
+        if not ks:
+            return centers[:0]
         sets = []
         for k in ks:
             rows = np.flatnonzero(labels == k)
@@ -158,9 +180,7 @@ class SoftDTWKMeans(ClusterMixin, BaseEstimator):
         Z = softdtw_barycenter(sets, gamma=self.gamma, init=centers[ks],
                                max_iter=self.barycenter_iter, backend=self.backend,
                                bandwidth=self.bandwidth)  # fmt: skip
-        out = centers.clone()
-        out[ks] = Z.reshape(len(ks), *centers.shape[1:]).to(centers.dtype)
-        return out
+        return Z.reshape(len(ks), *centers.shape[1:]).to(centers.dtype)
 
     def fit(self, X, y=None):
         Xp, lengths = as_padded(X, "X", device=self.device)

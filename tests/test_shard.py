@@ -1,6 +1,6 @@
 """Sharding over a torch.distributed process group (gloo, two CPU processes): cdist (both
-shapes, the divergence, lengths, exact DTW), knn and the k-means assignment give every rank
-the result of one process.
+shapes, the divergence, lengths, exact DTW), knn and k-means (its assignment and its
+clusters' barycenters) give every rank the result of one process.
 
 torch's gloo teardown aborts a worker now and then on these machines, so the test judges what
 the workers saved before tearing down, not their exit status (as tests/test_ddp.py)."""
@@ -38,9 +38,10 @@ def results(group):
     }
     out["knn_values"], out["knn_indices"] = sdtw.knn(X, Y, 2, rows=2, x_lengths=xl,
                                                      group=group)
-    km = SoftDTWKMeans(n_clusters=2, gamma=0.5, max_iter=2, barycenter_iter=3, random_state=0,
+    km = SoftDTWKMeans(n_clusters=3, gamma=0.5, max_iter=2, barycenter_iter=3, random_state=0,
                        group=group).fit(X)
     out["labels"] = torch.as_tensor(km.labels_)
+    out["centers"] = km.cluster_centers_
     out["inertia"] = torch.tensor(km.inertia_)
     return out
 
