@@ -11,6 +11,7 @@ Python threads) but cover N != M, length 1 and lengths past the CUDA kernels' 32
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import numpy as np
@@ -30,6 +31,20 @@ TOL = 1e-10  # float64 inputs on every backend
 @pytest.fixture(params=[pytest.param(n, marks=_SIM) if n == "cuda" else n for n in engine.BACKENDS])
 def backend(request) -> str:
     return request.param
+
+
+def _cases(*axes, default) -> list:
+    """Every backend x the product of ``axes``; the simulator's CUDA runs of every
+    combination but ``default`` are marked slow (nox -s slow: the default suite must stay
+    within CI's minutes)."""
+    out = []
+    for name in engine.BACKENDS:
+        for combo in itertools.product(*axes):
+            marks = []
+            if name == "cuda":
+                marks = [_SIM] if combo == default else [_SIM, pytest.mark.slow]
+            out.append(pytest.param(name, *combo, marks=marks))
+    return out
 
 
 @pytest.fixture(params=list(engine.RECURRENCES))
@@ -128,8 +143,9 @@ def test_band_and_lengths_match_the_oracle(rng, backend, recurrence, bandwidth):
     assert torch.equal(x_pad.grad[1, 4:], torch.zeros_like(x_pad.grad[1, 4:]))
 
 
-@pytest.mark.parametrize("N, M", [(6, 6), (6, 4)])
-def test_divergence_is_its_three_terms(rng, backend, N, M):
+@pytest.mark.parametrize("backend, shape", _cases([(6, 6), (6, 4)], default=((6, 4),)))
+def test_divergence_is_its_three_terms(rng, backend, shape):
+    N, M = shape
     x, y = randn(rng, 2, N, 2).requires_grad_(), randn(rng, 2, M, 2)
     d = sdtw.softdtw(x, y, gamma=0.5, normalize=True, backend=backend)
     s = lambda a, b: sdtw.softdtw(a, b, gamma=0.5, backend=backend)  # noqa: E731
@@ -138,9 +154,15 @@ def test_divergence_is_its_three_terms(rng, backend, N, M):
     assert z.abs().max() < 1e-12
 
 
-@pytest.mark.parametrize("gamma", [0.4, 0.0])
-@pytest.mark.parametrize("normalize", [False, True])
-@pytest.mark.parametrize("dist", ["sqeuclidean", "euclidean", "l1"])
+@pytest.mark.parametrize(
+    "backend, dist, normalize, gamma",
+    _cases(
+        ["sqeuclidean", "euclidean", "l1"],
+        [False, True],
+        [0.4, 0.0],
+        default=("sqeuclidean", True, 0.4),
+    ),
+)
 def test_operator_path_equals_the_eager_path(rng, backend, normalize, dist, gamma):
     """What the operators return (the engine's values and gradients, no autograd) against the
     eager autograd path, with lengths, band and N != M."""
