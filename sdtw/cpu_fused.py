@@ -50,16 +50,27 @@ DIST_CODES = {"sqeuclidean": 0, "euclidean": 1, "l1": 2}
 
 @njit(cache=True, nogil=True, inline="always")
 def _cost(X: np.ndarray, Y: np.ndarray, b: int, i: int, j: int, kind: int) -> float:
-    """C(x_i, y_j) of pair b: squared Euclidean (0), Euclidean (1) or L1 (2)."""
+    """C(x_i, y_j) of pair b: squared Euclidean (0), Euclidean (1) or L1 (2).  The squared
+    Euclidean is ``|x|^2 + |y|^2 - 2 x.y`` clamped at 0, the form of
+    :func:`sdtw.distances.sqeuclidean` and the CUDA kernels: an infinite feature gives the
+    same NaN or +inf cells on every backend."""
     s = 0.0
     if kind == 2:
         for d in range(X.shape[2]):
             s += abs(X[b, i, d] - Y[b, j, d])
         return s
+    if kind == 0:
+        xx = yy = xy = 0.0
+        for d in range(X.shape[2]):
+            xx += X[b, i, d] * X[b, i, d]
+            yy += Y[b, j, d] * Y[b, j, d]
+            xy += X[b, i, d] * Y[b, j, d]
+        s = xx + yy - 2.0 * xy
+        return 0.0 if s < 0.0 else s  # (NaN stays NaN)
     for d in range(X.shape[2]):
         t = X[b, i, d] - Y[b, j, d]
         s += t * t
-    return math.sqrt(s) if kind == 1 else s
+    return math.sqrt(s)
 
 
 @njit(cache=True, nogil=True, inline="always")
