@@ -1,5 +1,10 @@
-"""CPU soft-DTW from the sequences, in memory that grows like N + M: the checkpointed mode of
-the CPU backend (``memory="checkpoint"``).
+"""CPU soft-DTW from the sequences: the checkpointed mode of the CPU backend
+(``memory="checkpoint"``), in memory that grows like N + M, and its full mode for a named cost
+(:func:`full_forward`, :func:`full_backward`: the cost built by a Numba kernel, then the grouped
+forward of :mod:`sdtw.cpu` keeping the whole table R; the backward adds each cell's gradient wrt
+x and y the moment its E is final, E in two rows per pair, never (B, N, M)).
+
+The checkpointed mode:
 
 No (B, N, M) tensor exists anywhere: the ground cost of a cell is recomputed from x and y when
 the cell is (:func:`_cost`: squared Euclidean, Euclidean or L1), the forward keeps only every
