@@ -6,14 +6,9 @@ test judges what the workers saved before tearing down, not their exit status.""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.distributed import run_two_ranks
 
 _SCRIPT = r"""
 import os, sys
@@ -67,22 +62,7 @@ if __name__ == "__main__":
 
 
 def test_ddp_two_processes_equal_one(tmp_path):
-    script = tmp_path / "ddp_train.py"
-    script.write_text(_SCRIPT)
-    res = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    saved = [tmp_path / f for f in ("single.pt", "rank0.pt", "rank1.pt")]
-    assert all(p.exists() for p in saved), res.stdout[-3000:] + res.stderr[-3000:]
-    single, rank0, rank1 = (torch.load(p) for p in saved)
-    for name, want in single.items():
-        torch.testing.assert_close(rank0[name], want, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(rank1[name], rank0[name], rtol=0, atol=0)
+    single, _, _ = run_two_ranks(tmp_path, "ddp_train.py", _SCRIPT)
     torch.manual_seed(1)  # (the script's model(): the parameters training started from)
     start = torch.nn.Linear(3, 3).double().state_dict()
     assert not torch.allclose(start["weight"], single["weight"])  # training moved them

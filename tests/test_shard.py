@@ -7,14 +7,9 @@ the workers saved before tearing down, not their exit status (as tests/test_ddp.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.distributed import run_two_ranks
 
 _SCRIPT = r"""
 import sys
@@ -61,22 +56,7 @@ if __name__ == "__main__":
 
 
 def test_two_ranks_equal_one_process(tmp_path):
-    script = tmp_path / "shard.py"
-    script.write_text(_SCRIPT)
-    res = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    saved = [tmp_path / f for f in ("single.pt", "rank0.pt", "rank1.pt")]
-    assert all(p.exists() for p in saved), res.stdout[-3000:] + res.stderr[-3000:]
-    single, rank0, rank1 = (torch.load(p) for p in saved)
-    for name, want in single.items():
-        torch.testing.assert_close(rank0[name], want, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(rank1[name], rank0[name], rtol=0, atol=0)
+    run_two_ranks(tmp_path, "shard.py", _SCRIPT)
 
 
 def test_group_needs_an_initialised_group_and_no_gradient():
