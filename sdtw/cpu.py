@@ -204,8 +204,8 @@ def _backward_kernel(
 SERIAL_MAX_CELLS = 1 << 15
 _forward_parallel = njit(parallel=True, cache=True, nogil=True)(_forward_kernel)
 _backward_parallel = njit(parallel=True, cache=True, nogil=True)(_backward_kernel)
-_forward_serial = njit(nogil=True)(_forward_kernel)
-_backward_serial = njit(nogil=True)(_backward_kernel)
+_forward_serial = njit(cache=True, nogil=True)(_forward_kernel)
+_backward_serial = njit(cache=True, nogil=True)(_backward_kernel)
 
 
 # Numba's ``workqueue`` threading layer (what it falls back to without OpenMP or TBB) aborts
