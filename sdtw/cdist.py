@@ -14,6 +14,7 @@ values all-gathered: every rank returns the same matrix, equal to one process's.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -104,7 +105,12 @@ class _Progress:
             if self.mode or left > PROGRESS_AFTER_S:
                 try:
                     from tqdm.auto import tqdm
-                except ImportError:  # (optional dependency: no bar)
+                except ImportError:  # (optional dependency: say so once, then no bar)
+                    warnings.warn(
+                        "sdtw.cdist: no progress bar without tqdm (pip install tqdm)",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
                     self.mode = False
                     return
                 self.bar = tqdm(total=self.total, initial=self.done - n, unit="pair")

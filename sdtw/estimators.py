@@ -17,7 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassifierMixin, ClusterMixin
+
+try:
+    from sklearn.base import BaseEstimator, ClassifierMixin, ClusterMixin
+except ImportError as exc:  # (an optional dependency: say how to get it)
+    raise ImportError(
+        "sdtw.estimators needs scikit-learn: pip install 'sdtw[estimators]' (or scikit-learn)"
+    ) from exc
 
 from sdtw.barycenter import softdtw_barycenter
 from sdtw.cdist import cdist

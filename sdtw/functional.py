@@ -94,9 +94,10 @@ def softdtw(
         backend); ``memory="checkpoint"`` and ``fused=True`` are refused with it (the fused
         and checkpointed kernels are soft-DTW's), and the CUDA backend runs it by a simple
         kernel of its own (one block per pair, the table in global memory).
-    bandwidth : int or None
-        Sakoe-Chiba radius; for ``N != M`` the band follows tslearn's ``sakoe_chiba_mask``
-        (:func:`sdtw.sakoe_chiba_mask`).  ``None`` or ``<= 0`` disables it.
+    bandwidth : float or None
+        Sakoe-Chiba radius, a real number (``|i - j| <= 2.5`` for 2.5); for ``N != M`` the
+        band follows tslearn's ``sakoe_chiba_mask`` (:func:`sdtw.sakoe_chiba_mask`).  ``None``
+        or ``<= 0`` disables it.
     normalize : bool
         Return the soft-DTW divergence ``sdtw(x, y) - (sdtw(x, x) + sdtw(y, y)) / 2``
         (any ``N``, ``M``).

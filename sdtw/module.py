@@ -19,7 +19,7 @@ class SoftDTW(nn.Module):
     ----------
     gamma : float
         Smoothing, > 0; exactly 0: exact DTW (as :func:`sdtw.softdtw`).
-    bandwidth : int or None
+    bandwidth : float or None
         Sakoe-Chiba radius (tslearn's band for ``N != M``); ``None`` or ``<= 0``: no band.
     normalize : bool
         Soft-DTW divergence ``sdtw(x, y) - (sdtw(x, x) + sdtw(y, y)) / 2``; any ``N``, ``M``.
