@@ -23,7 +23,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from sdtw.cpu import _PARALLEL
+from sdtw.cpu import _PARALLEL, _tables
 from sdtw.msm_reference import GATE_EPS
 
 __all__ = ["msm_cpu_backward", "msm_cpu_forward"]
@@ -239,16 +239,6 @@ def _launch(parallel, serial, cells: int, *args) -> None:
         return
     with _PARALLEL:
         parallel(*args)
-
-
-def _tables(B: int, N: int, M: int, lo, hi, lengths) -> tuple:
-    if lengths is None:
-        ns, ms = np.full(B, N, np.int64), np.full(B, M, np.int64)
-    else:
-        ns, ms = (np.ascontiguousarray(t, dtype=np.int64) for t in lengths)
-    los = np.ascontiguousarray(np.broadcast_to(np.asarray(lo, np.int64), (B,)))
-    his = np.ascontiguousarray(np.broadcast_to(np.asarray(hi, np.int64), (B,)))
-    return ns, ms, los, his
 
 
 def msm_cpu_forward(
