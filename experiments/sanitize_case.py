@@ -35,6 +35,7 @@ class Case(NamedTuple):
     sweep: bool = False
     lengths: bool = False
     checkpoint: bool = False
+    measure: str = "softdtw"
 
     def label(self) -> str:
         kind = "fused" if self.fused else "unfused"
@@ -43,6 +44,8 @@ class Case(NamedTuple):
         extra += ", gradients in the sweep" if self.sweep else ""
         extra += ", per-pair lengths" if self.lengths else ""
         extra += ", checkpointed" if self.checkpoint else ""
+        if self.measure != "softdtw":
+            return f"{self.measure}, D={self.D}, {dt}{extra}"
         return f"{'movers' if self.two else 'one warp'}, {kind}, D={self.D}, {dt}{extra}"
 
     def forced(self) -> dict:
@@ -87,6 +90,14 @@ def cases(only_mover: bool = False) -> list[Case]:
             Case(two, True, 5, torch.float64, checkpoint=True),
             Case(two, True, 5, torch.float32, lengths=True, checkpoint=True),
         ]
+    # the other recurrences' kernels: exact DTW (gamma = 0) and Soft-MSM, with and without
+    # lengths (last, so that the soft-DTW cases keep their numbers)
+    if not only_mover:
+        out += [
+            Case(False, False, D, dt, lengths=lengths, measure=measure)
+            for measure, D in (("dtw", 5), ("softmsm", 3))
+            for dt, lengths in ((torch.float32, False), (torch.float64, True))
+        ]
     return out
 
 
@@ -105,9 +116,15 @@ def run(case: Case) -> None:
             kw.update(x_lengths=[70, 33], y_lengths=[45, 20])
         if case.checkpoint:
             kw.update(memory="checkpoint")
-        sdtw.softdtw(x, y, **kw).sum().backward()
+        fn = sdtw.softdtw
+        if case.measure == "dtw":
+            kw.update(gamma=0.0)
+        elif case.measure == "softmsm":
+            del kw["fused"]
+            fn = sdtw.soft_msm
+        fn(x, y, **kw).sum().backward()
         with torch.no_grad():
-            sdtw.softdtw(x, y, **kw)
+            fn(x, y, **kw)
 
 
 def main(argv: list[str] | None = None) -> None:

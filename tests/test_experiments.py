@@ -567,6 +567,10 @@ def test_sanitizer_cases_cover_every_variant_and_list_without_a_gpu(
         assert {c.two for c in every if getattr(c, kind)} == {False, True}
         assert {c.dtype for c in every if getattr(c, kind)} == {torch.float32, torch.float64}
     assert {c.dtype for c in every if c.two and not c.sweep} == {torch.float32, torch.float64}
+    # the other recurrences' kernels, with and without lengths
+    assert {c.measure for c in every} == {"softdtw", "dtw", "softmsm"}
+    for kind in ("dtw", "softmsm"):
+        assert {c.lengths for c in every if c.measure == kind} == {False, True}
     # each case's overrides are ones that sdtw.cuda.config.overrides takes
     from sdtw.cuda.config import overrides
 
@@ -612,7 +616,15 @@ def test_probe_parses_its_command_line_and_needs_a_gpu(
 
 
 def test_probes_are_the_open_questions() -> None:
-    assert _probe_names() == ["first_call", "kernels", "lengths", "memory", "step", "tc_rule"]
+    assert _probe_names() == [
+        "allpairs",
+        "first_call",
+        "kernels",
+        "lengths",
+        "memory",
+        "step",
+        "tc_rule",
+    ]
 
 
 def test_the_harness_uses_public_sdtw_names_only() -> None:

@@ -6,6 +6,8 @@ Each probe is a diagnostic printout, not a benchmark (the benchmark numbers come
 uses sdtw's public names only; where it compares kernel variants it forces the tuning rules
 with :func:`sdtw.cuda.config.overrides`.
 
+* :mod:`~experiments.probes.allpairs` -- all-pairs matrices (:func:`sdtw.cdist`) in cells per
+  second, soft-DTW and exact DTW, and a Soft-MSM training step against soft-DTW's;
 * :mod:`~experiments.probes.kernels` -- each kernel's GPU time in a training step
   (torch.profiler), fused and unfused;
 * :mod:`~experiments.probes.first_call` -- wall time of a fresh process's first steps, with
