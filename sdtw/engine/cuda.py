@@ -180,6 +180,14 @@ class CUDABackend(Backend):
             x, y, plan.gamma, lo, hi, plan.fused, need_x, need_y, lens, plan.checkpoint
         )
 
+    def table_values(self, plan, X, Y, i, j, x_lengths, y_lengths):
+        # (soft-DTW and exact DTW, squared Euclidean: the forward-only all-pairs kernels)
+        if plan.dist != "sqeuclidean" or plan.recurrence.name not in ("softdtw", "dtw"):
+            return None
+        from sdtw.cuda.allpairs import table_values
+
+        return table_values(X, Y, i, j, x_lengths, y_lengths, plan.gamma, plan.bandwidth)
+
     def sequence_value_and_grads(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
         """Soft-MSM's simple kernels (:mod:`sdtw.cuda.msm`, float64 inside), each pair's band
         offsets and lengths in NumPy tables as the CPU kernels take them."""
