@@ -1,5 +1,5 @@
 """All pairs: ``cdist(X, Y)``, the (B1, B2) matrix of soft-DTW values (or of the divergence, or
-of exact DTW), following :func:`torch.cdist`'s shapes.
+of exact DTW, or of Soft-MSM), following :func:`torch.cdist`'s shapes.
 
 A new shape over the same engine: the pairs of the matrix are a table of ``(x row, y row)``
 indices, cut into chunks; each chunk gathers only its own rows (no (B1 B2, N, D) copy of the
@@ -9,10 +9,14 @@ triangle and the diagonal) and mirrors it; the divergence's self terms are compu
 series (B1 + B2 values, or the diagonal itself when ``Y=None``).  Under an initialised
 :mod:`torch.distributed` process group (``group=``), the chunks are dealt to the ranks and the
 values all-gathered: every rank returns the same matrix, equal to one process's.
+
+The measure is the recurrence every chunk is planned with (:mod:`sdtw.measures`: soft-DTW, or
+Soft-MSM with ``measure="softmsm"``); nothing here depends on which.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from collections.abc import Callable
@@ -21,7 +25,8 @@ import torch
 
 from sdtw import _validation as V
 from sdtw import engine
-from sdtw.engine import Options, Pairs
+from sdtw.engine import SOFTDTW, Pairs, Recurrence
+from sdtw.measures import measure_settings
 
 __all__ = ["cdist", "chunk_pairs"]
 
@@ -31,12 +36,15 @@ CHUNK_BYTES = 256 * 2**20
 PROGRESS_AFTER_S = 5.0
 
 
-def chunk_pairs(P: int, N: int, M: int, D: int, grad: bool, chunk: int | None) -> int:
+def chunk_pairs(
+    P: int, N: int, M: int, D: int, grad: bool, chunk: int | None, tables: int = 1
+) -> int:
     """Pairs per chunk: ``chunk`` where given, else as many as fit :data:`CHUNK_BYTES` (a cost
-    and a table of N x M float64 per pair, twice that with gradients; one pair at least)."""
+    and a table of N x M float64 per pair, twice that with gradients; ``tables`` such tables
+    per pair, as Soft-MSM's one per channel; one pair at least)."""
     if chunk is not None:
         return chunk
-    per_pair = 8 * ((N + 1) * (M + 1) * (2 if grad else 1) + (N + M) * D)
+    per_pair = 8 * ((N + 1) * (M + 1) * (2 if grad else 1) * tables + (N + M) * D)
     return max(1, min(P, CHUNK_BYTES // per_pair))
 
 
@@ -61,21 +69,24 @@ def _index_pairs(B1: int, B2: int, symmetric: bool, device) -> tuple[torch.Tenso
     return i, torch.arange(B2, device=device).repeat(B1)
 
 
-def _run_pairs(opts, X, Y, i, j, xl, yl, step: int, grad: bool, bar) -> torch.Tensor:
-    """Values (P,) of the pairs ``(X[i[p]], Y[j[p]])``, ``step`` pairs per call."""
+def _run_pairs(
+    opts, X, Y, i, j, xl, yl, step: int, grad: bool, bar, recurrence: Recurrence = SOFTDTW
+) -> torch.Tensor:
+    """Values (P,) of the pairs ``(X[i[p]], Y[j[p]])``, ``step`` pairs per call, each call
+    planned with ``recurrence``."""
     out = [X.new_zeros(0)]  # (a rank may have no pairs)
     for s in range(0, i.numel(), step):
         ic, jc = i[s : s + step], j[s : s + step]
 
         def leaf(X, Y, ic=ic, jc=jc):
             if not grad:  # (a backend's forward-only kernel that reads the rows in place)
-                plan = engine.plan_pairs(opts, X, Y, xl is not None, False)
+                plan = engine.plan_pairs(opts, X, Y, xl is not None, False, recurrence)
                 v = plan.backend.table_values(plan, X, Y, ic, jc, xl, yl)
                 if v is not None:
                     return v
             a, b = X.index_select(0, ic), Y.index_select(0, jc)
             pairs = Pairs() if xl is None else Pairs(xl[ic], yl[jc])
-            plan = engine.plan_pairs(opts, a, b, xl is not None, grad)
+            plan = engine.plan_pairs(opts, a, b, xl is not None, grad, recurrence)
             return engine.pair_values(plan, a, b, pairs)
 
         if grad and step < i.numel():  # (recomputed in the backward: one chunk's memory)
@@ -137,8 +148,10 @@ def cdist(
     chunk: int | None = None,
     progress: bool | None = None,
     group: object = None,
+    measure: str = "softdtw",
+    c: float = 1.0,
 ) -> torch.Tensor:
-    """Soft-DTW between every series of X and every series of Y.
+    """Soft-DTW (or Soft-MSM) between every series of X and every series of Y.
 
     .. math::
 
@@ -153,7 +166,8 @@ def cdist(
     Y : Tensor, shape (B2, M, D), or None
         None: X against itself, each unordered pair computed once (the matrix is symmetric).
     gamma, normalize, bandwidth, dist, backend
-        As in :func:`sdtw.softdtw` (``gamma=0``: exact DTW).
+        As in :func:`sdtw.softdtw` (``gamma=0``: exact DTW), or with ``measure="softmsm"`` as
+        in :func:`sdtw.soft_msm` (``gamma > 0``; ``dist`` must keep its default).
     x_lengths, y_lengths : integer Tensor (B1,), (B2,), sequence of ints, or None
         Each series' own length in a padded batch (``y_lengths`` must be None when ``Y`` is).
     chunk : int or None
@@ -166,6 +180,12 @@ def cdist(
         Shard the chunks over the ranks of this process group (True: the default group) and
         all-gather the values; every rank gets the whole matrix.  Forward only (no gradient
         crosses the all-gather).
+    measure : {"softdtw", "softmsm"}
+        The pairs' measure (:mod:`sdtw.measures`): soft-DTW, or Soft-MSM
+        (:func:`sdtw.soft_msm`; ``normalize=True`` is then its divergence, with ``smsm`` in
+        place of ``sdtw`` above).
+    c : float
+        Soft-MSM's stiffness, > 0 (``measure="softmsm"`` only).
 
     Returns
     -------
@@ -181,8 +201,9 @@ def cdist(
         Y, y_lengths = X, x_lengths
     Y = _check_matrix("Y", Y)
     V.check_sequences(X[:1], Y[:1])  # (dtype, device and D agree)
-    opts = Options.make(gamma=gamma, bandwidth=bandwidth, normalize=False, dist=dist,
-                        fused=None, backend=backend)  # fmt: skip
+    opts, recurrence = measure_settings(measure, gamma=gamma, bandwidth=bandwidth, dist=dist,
+                                        backend=backend, c=c)  # fmt: skip
+    normalize = V.check_flag("normalize", normalize)
     if chunk is not None and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
         raise ValueError(f"chunk must be a positive int or None, got {chunk!r}")
     if progress is not None:
@@ -196,9 +217,11 @@ def cdist(
     i, j = _index_pairs(B1, B2, symmetric, X.device)
     selfs = normalize and not symmetric
     P = i.numel() + (B1 + B2 if selfs else 0)
-    step = chunk_pairs(P, max(N, M), max(N, M), D, grad, chunk)
+    tables = D if recurrence.kind == "sequences" else 1  # (one DP table per channel)
+    step = chunk_pairs(P, max(N, M), max(N, M), D, grad, chunk, tables)
     bar = _Progress(P, progress)
-    run = _sharded(group, grad) or _run_pairs
+    run_pairs = functools.partial(_run_pairs, recurrence=recurrence)
+    run = _sharded(run_pairs, group, grad) or run_pairs
     try:
         with torch.set_grad_enabled(grad):
             v = run(opts, X, Y, i, j, xl, yl, step, grad, bar)
@@ -225,10 +248,10 @@ def _assemble(v, i, j, B1: int, B2: int, symmetric: bool) -> torch.Tensor:
     return v.new_zeros(B1, B2).index_put((i, j), v)
 
 
-def _sharded(group, grad: bool):
+def _sharded(run_pairs, group, grad: bool):
     """The chunk runner over a process group's ranks, or None without one."""
     if group is None or group is False:
         return None
     from sdtw.shard import sharded_runner
 
-    return sharded_runner(_run_pairs, group, grad)
+    return sharded_runner(run_pairs, group, grad)

@@ -1,4 +1,4 @@
-"""Nearest neighbours by soft-DTW, exact DTW or the divergence, without the whole matrix:
+"""Nearest neighbours by soft-DTW, exact DTW, Soft-MSM or a divergence, without the whole matrix:
 :func:`knn` runs :func:`sdtw.cdist` on blocks of query rows and keeps each block's k
 smallest; :func:`as_padded` takes series as a tensor, an array or a list of series of
 different lengths."""
@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from sdtw.cdist import CHUNK_BYTES, cdist
+from sdtw.measures import measure_settings
 
 __all__ = ["as_padded", "knn"]
 
@@ -57,6 +58,8 @@ def knn(
     backend: str = "auto",
     rows: int | None = None,
     group: object = None,
+    measure: str = "softdtw",
+    c: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` nearest series of Y to each series of X: ``(values, indices)``, both (B1, k),
     nearest first (ties: the lower index), forward only.
@@ -66,19 +69,29 @@ def knn(
     X : Tensor (B1, N, D); Y : Tensor (B2, M, D)
     k : int
         1 <= k <= B2.
-    gamma, normalize, bandwidth, dist, x_lengths, y_lengths, backend
-        As in :func:`sdtw.cdist`; ``gamma=0`` (the default here): exact DTW.
+    gamma, normalize, bandwidth, dist, x_lengths, y_lengths, backend, measure, c
+        As in :func:`sdtw.cdist`; ``gamma=0`` (the default here): exact DTW.  Soft-MSM
+        (``measure="softmsm"``, stiffness ``c``) needs ``gamma > 0``.
     rows : int or None
         Rows of X per block (a block holds a (rows, B2) slice of the matrix); None: as many
         as keep the block's cost tensors within 256 MiB.
     group : torch.distributed ProcessGroup, True or None
         Deal the blocks of rows to the ranks and all-gather the results (every rank gets
         them all, equal to one process's).
+
+    Returns
+    -------
+    values : Tensor (B1, k), X's dtype
+        The measure's values (or divergences), ascending along each row.
+    indices : int64 Tensor (B1, k)
+        Their rows in Y.
     """
     B1, N = X.shape[:2]
     B2, M = Y.shape[:2]
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= B2:
         raise ValueError(f"k must be an int between 1 and B2={B2}, got {k!r}")
+    measure_settings(measure, gamma=gamma, bandwidth=bandwidth, dist=dist, backend=backend,
+                     c=c)  # (the settings' errors at the entry, before any block)  # fmt: skip
     if rows is None:
         rows = max(1, CHUNK_BYTES // (8 * (N + 1) * (M + 1) * B2))
     xl = None if x_lengths is None else torch.as_tensor(x_lengths)
@@ -97,7 +110,8 @@ def knn(
             b = min(a + rows, stop)
             D = cdist(X[a:b], Y, gamma=gamma, normalize=normalize, bandwidth=bandwidth,
                       dist=dist, x_lengths=None if xl is None else xl[a:b],
-                      y_lengths=y_lengths, backend=backend, progress=False)  # fmt: skip
+                      y_lengths=y_lengths, backend=backend, progress=False,
+                      measure=measure, c=c)  # fmt: skip
             # (a stable sort: equal values keep the lower index first, on every device)
             v, i = torch.sort(D, dim=1, stable=True)
             vals.append(v[:, :k])
