@@ -32,6 +32,8 @@ __all__ = ["cdist", "chunk_pairs"]
 
 #: The working memory a chunk aims at (its cost tensors and tables), in bytes.
 CHUNK_BYTES = 256 * 2**20
+#: Pairs per call of a backend's forward-only table kernel (no memory per pair to bound).
+TABLE_PAIRS = 2**14
 #: ``progress=None`` shows a bar when the first chunk says the whole job takes longer than this.
 PROGRESS_AFTER_S = 5.0
 
@@ -70,20 +72,42 @@ def _index_pairs(B1: int, B2: int, symmetric: bool, device) -> tuple[torch.Tenso
 
 
 def _run_pairs(
-    opts, X, Y, i, j, xl, yl, step: int, grad: bool, bar, recurrence: Recurrence = SOFTDTW
+    opts,
+    X,
+    Y,
+    i,
+    j,
+    xl,
+    yl,
+    step: int,
+    grad: bool,
+    bar,
+    recurrence: Recurrence = SOFTDTW,
+    table_step: int | None = None,
 ) -> torch.Tensor:
-    """Values (P,) of the pairs ``(X[i[p]], Y[j[p]])``, ``step`` pairs per call, each call
-    planned with ``recurrence``."""
+    """Values (P,) of the pairs ``(X[i[p]], Y[j[p]])``, ``step`` pairs per call (``table_step``
+    where the backend has a forward-only kernel that reads the rows in place, which needs no
+    memory per pair), each call planned with ``recurrence``."""
     out = [X.new_zeros(0)]  # (a rank may have no pairs)
-    for s in range(0, i.numel(), step):
+    table = None
+    if not grad:
+        table = engine.plan_pairs(opts, X, Y, xl is not None, False, recurrence)
+    s = 0
+    while s < i.numel():
+        if table is not None:
+            n = table_step or step
+            v = table.backend.table_values(table, X, Y, i[s : s + n], j[s : s + n], xl, yl)
+            if v is not None:
+                out.append(v)
+                if bar is not None:
+                    bar(v.numel())
+                s += n
+                continue
+            table = None  # (no such kernel for this plan: gather the rows)
         ic, jc = i[s : s + step], j[s : s + step]
+        s += step
 
         def leaf(X, Y, ic=ic, jc=jc):
-            if not grad:  # (a backend's forward-only kernel that reads the rows in place)
-                plan = engine.plan_pairs(opts, X, Y, xl is not None, False, recurrence)
-                v = plan.backend.table_values(plan, X, Y, ic, jc, xl, yl)
-                if v is not None:
-                    return v
             a, b = X.index_select(0, ic), Y.index_select(0, jc)
             pairs = Pairs() if xl is None else Pairs(xl[ic], yl[jc])
             plan = engine.plan_pairs(opts, a, b, xl is not None, grad, recurrence)
@@ -220,7 +244,9 @@ def cdist(
     tables = D if recurrence.kind == "sequences" else 1  # (one DP table per channel)
     step = chunk_pairs(P, max(N, M), max(N, M), D, grad, chunk, tables)
     bar = _Progress(P, progress)
-    run_pairs = functools.partial(_run_pairs, recurrence=recurrence)
+    # (a forward-only table kernel holds nothing per pair: chunks as large as a launch wants)
+    table_step = chunk if chunk is not None else max(step, TABLE_PAIRS)
+    run_pairs = functools.partial(_run_pairs, recurrence=recurrence, table_step=table_step)
     run = _sharded(run_pairs, group, grad) or run_pairs
     try:
         with torch.set_grad_enabled(grad):

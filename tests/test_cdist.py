@@ -119,3 +119,38 @@ def test_forward_only_exact_dtw_reads_the_rows_in_place(rng, bandwidth):
     assert rel_err(S, loop(X, X, xl, xl, normalize=True, **kw)) < 1e-12
     D32 = sdtw.cdist(X.float(), Y.float(), **kw)
     assert D32.dtype == torch.float32 and rel_err(D32, loop(X, Y, **kw)) < 1e-6
+
+
+@_SIM
+@pytest.mark.parametrize(
+    "N, M, D, dtype, gamma, bandwidth",
+    [
+        (1, 5, 1, torch.float64, 0.5, None),  # (length 1)
+        (33, 6, 1, torch.float32, 1.0, None),  # (two rows per lane, past 32)
+        (32, 9, 2, torch.float64, 0.0, 3),  # (exact DTW, a band, D > 1)
+        (40, 7, 1, torch.float32, 0.0, None),  # (exact DTW in float32)
+        (9, 40, 3, torch.float64, 1e-3, 2.5),  # (small gamma, N < M)
+    ],
+)
+def test_forward_only_cuda_reads_the_rows_in_place(
+    rng, monkeypatch, N, M, D, dtype, gamma, bandwidth
+):
+    """Without gradients the CUDA backend's table kernels (sdtw.cuda.allpairs, in the
+    simulator) give the pair calls' values (float64 reference), with lengths, a band and NaN
+    padding that is never read; no pair call is made."""
+    from sdtw import engine
+
+    X, Y = randn(rng, 3, N, D), randn(rng, 2, M, D)
+    xl, yl = [N, max(1, N // 2), 1], [M, max(1, M - 3)]
+    want = loop(X, Y, xl, yl, gamma=gamma, bandwidth=bandwidth, backend="reference")
+    Xp = X.clone()
+    Xp[1, max(1, N // 2) :] = float("nan")
+
+    def no_pair_calls(*args, **kwargs):
+        raise AssertionError("the rows were gathered for a pair call")
+
+    monkeypatch.setattr(engine, "pair_values", no_pair_calls)
+    kw = dict(gamma=gamma, bandwidth=bandwidth, backend="cuda")
+    got = sdtw.cdist(Xp.to(dtype), Y.to(dtype), x_lengths=xl, y_lengths=yl, **kw)
+    assert got.dtype == dtype
+    assert rel_err(got.double(), want) < (1e-12 if dtype == torch.float64 else 1e-6)
