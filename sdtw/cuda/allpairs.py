@@ -100,6 +100,8 @@ def _kernel(rows: int, exact: bool, wide: bool, d1: bool):
             xs[k] = T(X[xi, min(i0 + k, n - 1), 0]) * T(scale) if d1 else T(0.0)
         bot = inf  # this lane's bottom row at the last column it computed
         up_prev = inf
+        # the next column's input, loaded a step ahead (off the step's dependency chain)
+        y_next = T(Y[yj, 0, 0]) * T(scale) if (d1 and lane == 0) else T(0.0)
         for s in range(m + used - 1):
             up = from_prev_lane(bot, xch, s & 1)
             j = s - lane
@@ -108,8 +110,10 @@ def _kernel(rows: int, exact: bool, wide: bool, d1: bool):
                 up = inf
                 diag = T(0.0) if j == 0 else inf
             up_prev = up
+            yv = y_next
+            if d1 and 0 <= j + 1 and j + 1 < m:
+                y_next = T(Y[yj, j + 1, 0]) * T(scale)
             if 0 <= j and j < m and i0 < n:
-                yv = T(Y[yj, j, 0]) * T(scale) if d1 else T(0.0)
                 for k in range(rows):
                     i = i0 + k
                     left = R[k]
