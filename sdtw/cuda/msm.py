@@ -1,148 +1,383 @@
 """Soft-MSM on the GPU: the ``"softmsm"`` recurrence's CUDA kernels.
 
-Simple and correct rather than fast (as :mod:`sdtw.cuda.dtw`): one block per (pair, channel)
-task sweeps its table by anti-diagonals (the cells of ``i + j = k`` depend only on diagonals
-``k - 1`` and ``k - 2``), the threads striding over a diagonal's cells, a barrier between
-diagonals; ``R`` and ``G`` (P = B D, N, M) float64 in global memory.  The edge costs are
-computed in the kernels from x and y (:mod:`sdtw.msm_reference` has the maths).
+The edge costs are computed in the kernels from x and y (:mod:`sdtw.msm_reference` has the
+maths); ``R`` (P = B D, N, M) float64 is kept in global memory between the forward and the
+backward, float64 arithmetic throughout.
 
-* ``_forward``: ``R[i, j] = softmin2(softmin2(match, up), left)``.
-* ``_occupancy``: ``G = d value / d R`` by reverse diagonals, each cell pulling from its three
-  successors ``G[s] exp((R[s] - R[i, j] - cost(edge)) / gamma)`` (a pull: no two threads write
-  one cell).
-* ``_gradients``: one thread per sample of x (then of y) sums the occupancy of every edge whose
-  cost reads that sample times the cost's partial derivative: each thread owns its output.
+Wavefront kernels (N up to ``32 * MAX_ROWS`` = 1024).  One warp per (pair, channel) task;
+lane ``l`` owns the strip of ``ROWS`` consecutive rows ``l ROWS, ..., l ROWS + ROWS - 1``
+(``ROWS`` a compile-time power of two with ``32 ROWS >= N``).  The row loops are unrolled
+(:func:`_unrolled`), so the strip's values on the steps' dependency chains (``R``, and ``G`` in
+the backward) sit in registers; its samples ``x_i`` and its ``x`` gradients, off those chains,
+in shared memory (one column per lane); ``x_{i-1}`` of its first row in a register.
+
+* Forward, a skewed wavefront from the top left: at step ``s`` lane ``l`` computes column
+  ``j = s - l`` for its rows top to bottom,
+  ``R[i, j] = softmin(R[i-1, j-1] + (x_i - y_j)^2, R[i-1, j] + C(x_i, x_{i-1}, y_j),
+  R[i, j-1] + C(y_j, y_{j-1}, x_i))``; ``R[i, j-1]`` is the lane's own value of the step
+  before, the row above its strip comes from lane ``l - 1``'s bottom value of the step before
+  by one warp shuffle, and the value received a step earlier is the diagonal.  ``y_j`` is
+  loaded a step ahead.  Each cell is stored to ``R``.
+* Backward, the mirror wavefront from the bottom right: lane ``l`` computes column
+  ``j = (m - 1) - s + (L - l)`` (``L`` the last lane with rows: the lanes below go first), its
+  rows bottom to top.  A cell's ``G = d value / d R[i, j]`` is the sum of what its three
+  successors pushed into it; once it is known, each edge into the cell carries the occupancy
+  ``o = G[i, j] exp((R[i, j] - R[pred] - cost) / gamma)``, which is pushed to ``G`` of the
+  edge's tail and, times the cost's partial derivatives, to the gradients of the samples the
+  cost reads.  What is pushed into the row above the strip (the top row's up edge, and its
+  match edge of the step before) travels to lane ``l - 1`` by one shuffle; what goes left
+  waits in the lane's registers for the next step; ``R`` is read from global memory, each
+  cell once.  Gradients: the lane accumulates its rows' ``x_i`` and writes them at the end
+  (what its top row's up edges owe ``x_{i0-1}`` goes to lane ``l - 1`` by a last shuffle);
+  ``y_j``'s partial sum travels up the lanes with the wavefront (lane ``l`` adds its rows'
+  part and passes it to lane ``l - 1``, which reaches column ``j`` a step later; lane 0 writes
+  it), and what a step owes ``y_{j-1}`` waits for the lane's next step.  No atomics: the
+  gradients are deterministic.  No ``G`` in memory.
+
+A task takes ``M + ceil(N / ROWS) - 1`` steps in each direction.
+
+Diagonal kernels (any N; the fallback past 1024 rows), simple and slow: one block per task
+sweeps its table by anti-diagonals (the cells of ``i + j = k`` depend only on diagonals
+``k - 1`` and ``k - 2``), the threads striding over a diagonal's cells, a block barrier between
+diagonals, ``G`` in global memory too; then one thread per sample sums the occupancies of the
+edges whose costs read it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import torch
+from numba import cuda, float64
 
-from sdtw.cuda import import_numba_cuda, simulator_enabled
+from sdtw.cuda.allpairs import LANES, MAX_ROWS, _rows
+from sdtw.cuda.kernels.jit import SIMULATED, device, kernel
+from sdtw.cuda.kernels.primitives import from_next_lane, from_prev_lane
 from sdtw.msm_reference import GATE_EPS
-
-cuda = import_numba_cuda()
 
 __all__ = ["msm_cuda"]
 
-
-@cuda.jit(device=True)
-def _softmin2(a, b, gamma):
-    m = a if a <= b else b
-    if m == math.inf:
-        return a + b
-    return m - gamma * math.log1p(math.exp(-abs(a - b) / gamma))
+INF = math.inf
 
 
-@cuda.jit(device=True)
-def _transition(v, p, o, c, gamma):
-    """C(v, p, o) and its partial derivatives (dv, dp, do)."""
+@device
+def _softmin3(a, b, c, gamma, ig):
+    """``softmin_gamma(a, b, c)``, ``ig = 1 / gamma``; ``+inf`` if all three are."""
+    lo1, hi1 = (a, b) if a <= b else (b, a)
+    m, o1 = (c, lo1) if c < lo1 else (lo1, c)
+    if m == INF:
+        return m
+    return m - gamma * math.log1p(math.exp((m - o1) * ig) + math.exp((m - hi1) * ig))
+
+
+@device
+def _transition(v, p, o, c, gamma, ig):
+    """C(v, p, o) and its partial derivatives (dv, dp, do); ``ig = 1 / gamma``."""
     dp, do = v - p, v - o
     a, b = dp * dp, do * do
-    e = math.exp(-abs(a - b) / gamma)
+    e = math.exp(-abs(a - b) * ig)
     S = min(a, b) - gamma * math.log1p(e)
     w_min = 1.0 / (1.0 + e)
     wa = w_min if a <= b else e * w_min
     wb = 1.0 - wa
     u = dp * do
-    r2 = u * u + GATE_EPS
-    r = math.sqrt(r2)
-    keep = 0.5 * (1.0 + u / r)  # 1 - s(u)
-    k = S * (-0.5 * GATE_EPS / (r2 * r))
+    rs = 1.0 / math.sqrt(u * u + GATE_EPS)
+    keep = 0.5 * (1.0 + u * rs)  # 1 - s(u)
+    k = S * (-0.5 * GATE_EPS) * (rs * rs * rs)
     d_v = keep * 2.0 * (wa * dp + wb * do) - k * (dp + do)
     d_p = -keep * 2.0 * wa * dp + k * do
     d_o = -keep * 2.0 * wb * do + k * dp
     return c + keep * S, d_v, d_p, d_o
 
 
-@cuda.jit(device=True)
+@device
 def _inside(i, j, n, m, lo, hi):
     return 0 <= i and i < n and 0 <= j and j < m and -lo <= j - i and j - i <= hi
 
 
-@cuda.jit
+# ---------------------------------------------------------------------------------------------
+# Wavefront kernels: one warp per task, ROWS rows per lane.
+
+
+@functools.cache
+def _unrolled(row, rows: int, upward: bool):
+    """``row(k, args, carry) -> carry`` for the strip's rows ``k = 0 .. rows - 1`` in turn (from
+    the bottom if ``upward``), unrolled: each call has a constant ``k`` once inlined, so the
+    strip's local arrays are indexed by constants and stay in registers (NVVM does not unroll
+    a loop this long itself)."""
+    if rows == 1:
+        return row
+    half = _unrolled(row, rows // 2, upward)
+    h = rows // 2
+    first, second = (h, 0) if upward else (0, h)
+
+    @device
+    def strip(k, args, carry):
+        return half(k + second, args, half(k + first, args, carry))
+
+    return strip
+
+
+@device
+def _forward_row(k, args, carry):
+    """Row ``i0 + k`` of column ``j``: ``R[i, j]`` from the row above's ``(diag, up)`` and the
+    sample above, ``xp``; returns the next row's ``(diag, up, xp)``."""
+    R, task, i0, j, n, lo, hi, Rs, xs, lane, yv, yp, c, gamma, ig = args
+    diag, up, xp = carry
+    i = i0 + k
+    xi = xs[k, lane]
+    left = Rs[k]
+    v = INF
+    if i < n and -lo <= j - i and j - i <= hi:
+        dm = xi - yv
+        up_c = _transition(xi, xp, yv, c, gamma, ig)[0]
+        left_c = _transition(yv, yp, xi, c, gamma, ig)[0]
+        v = _softmin3(diag + dm * dm, up + up_c, left + left_c, gamma, ig)
+    if i < n:
+        R[task, i, j] = v
+    Rs[k] = v
+    return left, v, xi
+
+
+@device
+def _backward_row(k, args, carry):
+    """Row ``i = i0 + k`` of column ``j``: ``G[i, j]``, the occupancies of the cell's three
+    incoming edges (pushed to ``G`` of their tails and to the gradients); ``carry``: what the
+    row below pushed up and to the diagonal, ``R[i, j - 1]`` (the row below's diagonal), what
+    the strip's up edges owe ``x_{i0-1}``, and the step's sums for ``y_j`` and ``y_{j-1}``."""
+    R, task, i0, j, n, m, lo, hi, Rs, Gs, xs, gxs, lane, R_above, x_above, yj, yp = args[:17]
+    c, gamma, ig = args[17:]
+    up_in, match_in, left, gx_above, gyj, gyp = carry
+    i = i0 + k
+    r = Rs[k]
+    r_up = Rs[k - 1] if k > 0 else R_above
+    xi = xs[k, lane]
+    xp = xs[k - 1, lane] if k > 0 else x_above
+    diag = R[task, i - 1, j - 1] if (j >= 1 and 1 <= i and i <= n) else INF
+    if i == 0 and j == 0:
+        diag = 0.0  # (R[0, 0] = 0 + (x_0 - y_0)^2: a match from (-1, -1))
+    o_match = o_up = o_left = 0.0
+    if i < n and -lo <= j - i and j - i <= hi:
+        g = Gs[k] + up_in
+        if i == n - 1 and j == m - 1:
+            g += 1.0
+        dm = xi - yj
+        o_match = g * math.exp((r - diag - dm * dm) * ig)
+        cost, d_v, d_p, d_o = _transition(xi, xp, yj, c, gamma, ig)
+        o_up = g * math.exp((r - r_up - cost) * ig)
+        cost, e_v, e_p, e_o = _transition(yj, yp, xi, c, gamma, ig)
+        o_left = g * math.exp((r - left - cost) * ig)
+        t = o_match * 2.0 * dm
+        gxs[k, lane] += t + o_up * d_v + o_left * e_o
+        if k > 0:
+            gxs[k - 1, lane] += o_up * d_p
+        else:
+            gx_above += o_up * d_p
+        gyj += o_up * d_o + o_left * e_v - t
+        gyp += o_left * e_p
+    Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
+    Rs[k] = left
+    return o_up, o_match, diag, gx_above, gyj, gyp
+
+
+@functools.cache
+def _wavefront(rows: int) -> tuple:
+    """The (forward, backward) kernels for ``rows`` rows per lane."""
+    down = _unrolled(_forward_row, rows, False)
+    up_strip = _unrolled(_backward_row, rows, True)
+
+    @kernel
+    def forward(x, y, c, gamma, ns, ms, los, his, R):
+        task = cuda.blockIdx.x
+        lane = cuda.threadIdx.x
+        xch = cuda.shared.array((2, LANES), float64)  # (the simulator's shuffles only)
+        D = x.shape[2]
+        b, d = task // D, task % D
+        n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+        ig = 1.0 / gamma
+        i0 = lane * rows
+        used = (n + rows - 1) // rows  # lanes with rows
+        Rs = cuda.local.array(rows, float64)  # the strip's column j - 1, then j
+        xs = cuda.shared.array((rows, LANES), float64)  # (off the chain: registers for Rs)
+        for k in range(rows):
+            Rs[k] = INF
+            xs[k, lane] = x[b, min(i0 + k, n - 1), d]
+        x_above = x[b, max(min(i0, n) - 1, 0), d]
+        bot = INF  # this lane's bottom row at the last column it computed
+        up_prev = INF
+        yv = 0.0
+        y_next = y[b, 0, d] if lane == 0 else 0.0
+        for s in range(m + used - 1):
+            up = from_prev_lane(bot, xch, s & 1)
+            j = s - lane
+            diag = up_prev
+            if lane == 0:
+                up = INF
+                diag = 0.0 if j == 0 else INF  # (R[0, 0] = (x_0 - y_0)^2 exactly)
+            up_prev = up
+            yp = yv  # y_{j-1}: any finite value at j = 0 (its edge's tail is +inf)
+            yv = y_next
+            if 0 <= j + 1 and j + 1 < m:
+                y_next = y[b, j + 1, d]
+            if 0 <= j and j < m and i0 < n:
+                args = (R, task, i0, j, n, lo, hi, Rs, xs, lane, yv, yp, c, gamma, ig)
+                down(0, args, (diag, up, x_above))
+                bot = Rs[rows - 1]
+
+    @kernel
+    def backward(x, y, c, gamma, ns, ms, los, his, R, gx, gy):
+        task = cuda.blockIdx.x
+        lane = cuda.threadIdx.x
+        xch = cuda.shared.array((2, LANES), float64)  # (the simulator's shuffles only)
+        D = x.shape[2]
+        b, d = task // D, task % D
+        n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+        ig = 1.0 / gamma
+        i0 = lane * rows
+        last = (n + rows - 1) // rows - 1  # the last lane with rows
+        mine = i0 < n
+        Rs = cuda.local.array(rows, float64)  # R of the strip's column j, then j - 1
+        Gs = cuda.local.array(rows, float64)  # pushed into the strip's column j so far
+        # (off the steps' dependency chains, in shared memory: registers for the rest)
+        xs = cuda.shared.array((rows, LANES), float64)
+        gxs = cuda.shared.array((rows, LANES), float64)
+        for k in range(rows):
+            i = i0 + k
+            Rs[k] = R[task, i, m - 1] if i < n else INF
+            Gs[k] = 0.0
+            xs[k, lane] = x[b, min(i, n - 1), d]
+            gxs[k, lane] = 0.0
+        above = 0 < i0 and i0 <= n
+        x_above = x[b, i0 - 1, d] if above else 0.0
+        R_above = R[task, i0 - 1, m - 1] if above else INF
+        gx_above = 0.0  # what the top row's up edges owe x_{i0-1}
+        j0 = (m - 1) + last - lane  # the column at step 0
+        ya = y[b, j0, d] if 0 <= j0 and j0 < m else 0.0
+        yb = y[b, j0 - 1, d] if 0 <= j0 - 1 and j0 - 1 < m else 0.0
+        send = 0.0  # pushed into row i0 - 1 at this step's column (lane - 1's next step's)
+        match_top = 0.0  # the top row's match push of the step before (into the same cell)
+        gy_send = 0.0  # gy at this step's column: this lane's part and the lanes' below
+        gy_carry = 0.0  # what the step before owed y_{j-1}: this step's y_j
+        for s in range(m + last):
+            G_below = from_next_lane(send, xch, 0)
+            gy_below = from_next_lane(gy_send, xch, 1)
+            if lane == last:
+                G_below = 0.0
+                gy_below = 0.0
+            j = j0 - s
+            yj, yp = ya, yb
+            ya = yb
+            yb = y[b, j - 2, d] if 0 <= j - 2 and j - 2 < m else 0.0
+            send = 0.0
+            gy_send = 0.0
+            if 0 <= j and j < m and mine:
+                i = i0 + rows - 1
+                left = R[task, i, j - 1] if (i < n and j >= 1) else INF
+                args = (R, task, i0, j, n, m, lo, hi, Rs, Gs, xs, gxs, lane, R_above, x_above)
+                carry = (G_below, 0.0, left, gx_above, gy_below + gy_carry, 0.0)
+                o_up, o_match, R_above, gx_above, gyj, gyp = up_strip(
+                    0, (*args, yj, yp, c, gamma, ig), carry
+                )
+                send = o_up + match_top
+                match_top = o_match
+                gy_send = gyj
+                gy_carry = gyp
+                if lane == 0:
+                    gy[b, j, d] = gyj
+        extra = from_next_lane(gx_above, xch, 0)  # what lane + 1 owes this lane's last row
+        if lane == last:
+            extra = 0.0
+        if mine:
+            for k in range(rows):
+                i = i0 + k
+                if i < n:
+                    gx[b, i, d] = gxs[k, lane] + (extra if k == rows - 1 else 0.0)
+
+    return forward, backward
+
+
+# ---------------------------------------------------------------------------------------------
+# Diagonal kernels: one block per task, any N.
+
+
+@kernel
 def _forward(x, y, c, gamma, ns, ms, los, his, R):
     task = cuda.blockIdx.x
     D = x.shape[2]
     b, d = task // D, task % D
     t, T = cuda.threadIdx.x, cuda.blockDim.x
     n, m, lo, hi = ns[b], ms[b], los[b], his[b]
-    M = R.shape[2]
-    for k in range(t, R.shape[1] * M, T):
-        R[task, k // M, k % M] = math.inf
-    cuda.syncthreads()
+    ig = 1.0 / gamma
     for k in range(n + m - 1):  # the anti-diagonal i + j = k
         for i in range(max(0, k - (m - 1)) + t, min(n - 1, k) + 1, T):
             j = k - i
+            v = INF
             if _inside(i, j, n, m, lo, hi):
                 xi, yj = x[b, i, d], y[b, j, d]
-                if i == 0 and j == 0:
-                    R[task, 0, 0] = (xi - yj) * (xi - yj)
-                else:
-                    diag = up = left = math.inf
-                    if i > 0:
-                        up = R[task, i - 1, j] + _transition(xi, x[b, i - 1, d], yj, c, gamma)[0]
-                        if j > 0:
-                            diag = R[task, i - 1, j - 1] + (xi - yj) * (xi - yj)
+                diag = 0.0 if i == 0 and j == 0 else INF
+                up = left = INF
+                if i > 0:
+                    up = R[task, i - 1, j] + _transition(xi, x[b, i - 1, d], yj, c, gamma, ig)[0]
                     if j > 0:
-                        left = R[task, i, j - 1] + _transition(yj, y[b, j - 1, d], xi, c, gamma)[0]
-                    R[task, i, j] = _softmin2(_softmin2(diag, up, gamma), left, gamma)
+                        diag = R[task, i - 1, j - 1]
+                if j > 0:
+                    left_c = _transition(yj, y[b, j - 1, d], xi, c, gamma, ig)[0]
+                    left = R[task, i, j - 1] + left_c
+                v = _softmin3(diag + (xi - yj) * (xi - yj), up, left, gamma, ig)
+            R[task, i, j] = v
         cuda.syncthreads()
 
 
-@cuda.jit(device=True)
-def _weight(G, R, task, s_i, s_j, r, cost, gamma):
+@device
+def _weight(G, R, task, s_i, s_j, r, cost, ig):
     """G of successor (s_i, s_j) times the weight of its edge from a cell of value r."""
     g = G[task, s_i, s_j]
     if g == 0.0:
         return 0.0
-    return g * math.exp((R[task, s_i, s_j] - r - cost) / gamma)
+    return g * math.exp((R[task, s_i, s_j] - r - cost) * ig)
 
 
-@cuda.jit
-def _occupancy(x, y, c, gamma, ns, ms, los, his, grad_out, R, G):
+@kernel
+def _occupancy(x, y, c, gamma, ns, ms, los, his, R, G):
     task = cuda.blockIdx.x
     D = x.shape[2]
     b, d = task // D, task % D
     t, T = cuda.threadIdx.x, cuda.blockDim.x
     n, m, lo, hi = ns[b], ms[b], los[b], his[b]
-    M = G.shape[2]
-    for k in range(t, G.shape[1] * M, T):
-        G[task, k // M, k % M] = 0.0
-    cuda.syncthreads()
+    ig = 1.0 / gamma
     if t == 0:
-        G[task, n - 1, m - 1] = grad_out[b]
+        G[task, n - 1, m - 1] = 1.0
     cuda.syncthreads()
     for k in range(n + m - 3, -1, -1):
         for i in range(max(0, k - (m - 1)) + t, min(n - 1, k) + 1, T):
             j = k - i
+            total = 0.0
             if _inside(i, j, n, m, lo, hi):
                 r = R[task, i, j]
                 xi, yj = x[b, i, d], y[b, j, d]
-                total = 0.0
                 if _inside(i + 1, j, n, m, lo, hi):  # (i + 1, j) by its up edge
-                    cost = _transition(x[b, i + 1, d], xi, yj, c, gamma)[0]
-                    total += _weight(G, R, task, i + 1, j, r, cost, gamma)
+                    cost = _transition(x[b, i + 1, d], xi, yj, c, gamma, ig)[0]
+                    total += _weight(G, R, task, i + 1, j, r, cost, ig)
                 if _inside(i, j + 1, n, m, lo, hi):  # (i, j + 1) by its left edge
-                    cost = _transition(y[b, j + 1, d], yj, xi, c, gamma)[0]
-                    total += _weight(G, R, task, i, j + 1, r, cost, gamma)
+                    cost = _transition(y[b, j + 1, d], yj, xi, c, gamma, ig)[0]
+                    total += _weight(G, R, task, i, j + 1, r, cost, ig)
                 if _inside(i + 1, j + 1, n, m, lo, hi):  # (i + 1, j + 1) by its match
                     diff = x[b, i + 1, d] - y[b, j + 1, d]
-                    total += _weight(G, R, task, i + 1, j + 1, r, diff * diff, gamma)
-                G[task, i, j] = total
+                    total += _weight(G, R, task, i + 1, j + 1, r, diff * diff, ig)
+            G[task, i, j] = total
         cuda.syncthreads()
 
 
-@cuda.jit
+@kernel
 def _gradients(x, y, c, gamma, ns, ms, los, his, R, G, gx, gy):
     task = cuda.blockIdx.x
     D = x.shape[2]
     b, d = task // D, task % D
     t, T = cuda.threadIdx.x, cuda.blockDim.x
     n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+    ig = 1.0 / gamma
     for i in range(t, n, T):  # gx[b, i, d]: every edge whose cost reads x_i
         xi = x[b, i, d]
         acc = 0.0
@@ -150,25 +385,25 @@ def _gradients(x, y, c, gamma, ns, ms, los, his, R, G, gx, gy):
             if not _inside(i, j, n, m, lo, hi):
                 continue
             r, g, yj = R[task, i, j], G[task, i, j], y[b, j, d]
-            if i + 1 < n and _inside(i + 1, j, n, m, lo, hi):  # up edge into (i + 1, j): p = x_i
+            if _inside(i + 1, j, n, m, lo, hi):  # up edge into (i + 1, j): p = x_i
                 g1 = G[task, i + 1, j]
                 if g1 != 0.0:
-                    cost, d_v, d_p, d_o = _transition(x[b, i + 1, d], xi, yj, c, gamma)
-                    acc += g1 * math.exp((R[task, i + 1, j] - r - cost) / gamma) * d_p
+                    cost, d_v, d_p, d_o = _transition(x[b, i + 1, d], xi, yj, c, gamma, ig)
+                    acc += g1 * math.exp((R[task, i + 1, j] - r - cost) * ig) * d_p
             if g == 0.0:
                 continue
             if i == 0 and j == 0:
                 acc += g * 2.0 * (xi - yj)
                 continue
             if i > 0 and j > 0:
-                o = g * math.exp((r - R[task, i - 1, j - 1] - (xi - yj) * (xi - yj)) / gamma)
+                o = g * math.exp((r - R[task, i - 1, j - 1] - (xi - yj) * (xi - yj)) * ig)
                 acc += o * 2.0 * (xi - yj)
             if i > 0:  # up edge into (i, j): C(x_i, x_{i-1}, y_j), v = x_i
-                cost, d_v, d_p, d_o = _transition(xi, x[b, i - 1, d], yj, c, gamma)
-                acc += g * math.exp((r - R[task, i - 1, j] - cost) / gamma) * d_v
+                cost, d_v, d_p, d_o = _transition(xi, x[b, i - 1, d], yj, c, gamma, ig)
+                acc += g * math.exp((r - R[task, i - 1, j] - cost) * ig) * d_v
             if j > 0:  # left edge into (i, j): C(y_j, y_{j-1}, x_i), o = x_i
-                cost, d_v, d_p, d_o = _transition(yj, y[b, j - 1, d], xi, c, gamma)
-                acc += g * math.exp((r - R[task, i, j - 1] - cost) / gamma) * d_o
+                cost, d_v, d_p, d_o = _transition(yj, y[b, j - 1, d], xi, c, gamma, ig)
+                acc += g * math.exp((r - R[task, i, j - 1] - cost) * ig) * d_o
         gx[b, i, d] = acc
     for j in range(t, m, T):  # gy[b, j, d]: every edge whose cost reads y_j
         yj = y[b, j, d]
@@ -177,34 +412,38 @@ def _gradients(x, y, c, gamma, ns, ms, los, his, R, G, gx, gy):
             if not _inside(i, j, n, m, lo, hi):
                 continue
             r, g, xi = R[task, i, j], G[task, i, j], x[b, i, d]
-            if j + 1 < m and _inside(i, j + 1, n, m, lo, hi):  # left edge into (i, j + 1): p = y_j
+            if _inside(i, j + 1, n, m, lo, hi):  # left edge into (i, j + 1): p = y_j
                 g1 = G[task, i, j + 1]
                 if g1 != 0.0:
-                    cost, d_v, d_p, d_o = _transition(y[b, j + 1, d], yj, xi, c, gamma)
-                    acc += g1 * math.exp((R[task, i, j + 1] - r - cost) / gamma) * d_p
+                    cost, d_v, d_p, d_o = _transition(y[b, j + 1, d], yj, xi, c, gamma, ig)
+                    acc += g1 * math.exp((R[task, i, j + 1] - r - cost) * ig) * d_p
             if g == 0.0:
                 continue
             if i == 0 and j == 0:
                 acc -= g * 2.0 * (xi - yj)
                 continue
             if i > 0 and j > 0:
-                o = g * math.exp((r - R[task, i - 1, j - 1] - (xi - yj) * (xi - yj)) / gamma)
+                o = g * math.exp((r - R[task, i - 1, j - 1] - (xi - yj) * (xi - yj)) * ig)
                 acc -= o * 2.0 * (xi - yj)
             if i > 0:  # up edge into (i, j): o = y_j
-                cost, d_v, d_p, d_o = _transition(xi, x[b, i - 1, d], yj, c, gamma)
-                acc += g * math.exp((r - R[task, i - 1, j] - cost) / gamma) * d_o
+                cost, d_v, d_p, d_o = _transition(xi, x[b, i - 1, d], yj, c, gamma, ig)
+                acc += g * math.exp((r - R[task, i - 1, j] - cost) * ig) * d_o
             if j > 0:  # left edge into (i, j): v = y_j
-                cost, d_v, d_p, d_o = _transition(yj, y[b, j - 1, d], xi, c, gamma)
-                acc += g * math.exp((r - R[task, i, j - 1] - cost) / gamma) * d_v
+                cost, d_v, d_p, d_o = _transition(yj, y[b, j - 1, d], xi, c, gamma, ig)
+                acc += g * math.exp((r - R[task, i, j - 1] - cost) * ig) * d_v
         gy[b, j, d] = acc
 
 
+# ---------------------------------------------------------------------------------------------
+# Launcher.
+
+
 def _arr(t: torch.Tensor):
-    return t.numpy() if simulator_enabled() else cuda.as_cuda_array(t)
+    return t.numpy() if SIMULATED else cuda.as_cuda_array(t)
 
 
 def _stream(device: torch.device):
-    if simulator_enabled():
+    if SIMULATED:
         return 0
     return cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
 
@@ -212,26 +451,37 @@ def _stream(device: torch.device):
 def msm_cuda(x, y, c: float, gamma: float, tables: tuple, need: bool) -> tuple:
     """Values (B,) and, with ``need``, the gradients wrt x (B, N, D) and y (B, M, D) of
     Soft-MSM (float64 inside); ``tables``: int64 NumPy arrays ``(n, m, lo, hi)`` (B,) of each
-    pair's lengths and band offsets.  No autograd."""
+    pair's lengths and band offsets.  No autograd.
+
+    N up to ``32 * MAX_ROWS``: the wavefront kernels, one warp per (pair, channel); beyond,
+    the diagonal kernels."""
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
     B, N, D = a.shape
     M = b.shape[1]
     dev = a.device
     ns, ms, los, his = (torch.from_numpy(np.array(t)).to(dev) for t in tables)
-    R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
     stream = _stream(dev)
-    threads = 8 if simulator_enabled() else 128
     lens = [_arr(t) for t in (ns, ms, los, his)]
-    _forward[B * D, threads, stream](_arr(a), _arr(b), float(c), float(gamma), *lens, _arr(R))
+    args = (_arr(a), _arr(b), float(c), float(gamma), *lens)
+    wavefront = N <= LANES * MAX_ROWS
+    if wavefront:
+        forward, backward = _wavefront(_rows(N))
+        grid, threads = B * D, LANES
+        R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
+    else:
+        forward, grid, threads = _forward, B * D, 8 if SIMULATED else 128
+        R = torch.full((B * D, N, M), math.inf, dtype=torch.float64, device=dev)
+    forward[grid, threads, stream](*args, _arr(R))
     values = R[torch.arange(B * D, device=dev), ns.repeat_interleave(D) - 1,
                ms.repeat_interleave(D) - 1].reshape(B, D).sum(1)  # fmt: skip
     if not need:
         return values, None, None
-    G = torch.empty_like(R)
-    ones = torch.ones(B, dtype=torch.float64, device=dev)
-    args = (_arr(a), _arr(b), float(c), float(gamma), *lens)
-    _occupancy[B * D, threads, stream](*args, _arr(ones), _arr(R), _arr(G))
     gx, gy = torch.zeros_like(a), torch.zeros_like(b)
-    _gradients[B * D, threads, stream](*args, _arr(R), _arr(G), _arr(gx), _arr(gy))
+    if wavefront:
+        backward[grid, threads, stream](*args, _arr(R), _arr(gx), _arr(gy))
+        return values, gx, gy
+    G = torch.zeros_like(R)
+    _occupancy[grid, threads, stream](*args, _arr(R), _arr(G))
+    _gradients[grid, threads, stream](*args, _arr(R), _arr(G), _arr(gx), _arr(gy))
     return values, gx, gy
