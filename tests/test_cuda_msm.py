@@ -1,8 +1,9 @@
 """Soft-MSM's CUDA kernels (:mod:`sdtw.cuda.msm`) in Numba's simulator against the float64
-reference: the wavefront kernels at sizes past each rows-per-lane boundary (one warp, ``ROWS``
-rows per lane: N = 33, 65, 129, 300, 513 take 2, 4, 8, 16, 32), a strip that ends on the last
-lane (N = 64), N != M, length 1, per-pair lengths, a band, several channels; the diagonal
-kernels past 1024 rows; an upstream gradient other than ones throughout."""
+reference: the wavefront kernels at sizes past each rows-per-thread boundary (N = 33, 65, 129,
+300 take 2, 4, 8, 16 rows in one warp; 513 takes 16 in 2 warps), a strip that ends on the last
+thread (N = 64), N != M, length 1, per-pair lengths, a band, several channels, blocks of 2 and
+4 warps (the hand-over between warps); the diagonal kernels past ``MAX_N`` rows; an upstream
+gradient other than ones throughout; the rule that picks rows and warps."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import pytest
 import torch
 
 import sdtw
+from sdtw.band import band_offsets, pair_offsets
+from sdtw.cpu import _tables
+from sdtw.cuda.msm import MAX_N, _shape, msm_cuda
 from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
 from tests.conftest import requires_sim
-
-pytestmark = requires_sim
 
 C, GAMMA = 0.7, 0.3
 
@@ -25,7 +27,7 @@ CASES = [
     (1, 65, 12, 2, None, None),  # 4 rows per lane, two channels
     (1, 129, 3, 1, None, None),  # 8
     (1, 300, 2, 1, None, None),  # 16
-    (1, 513, 2, 1, None, None),  # 32
+    (1, 513, 2, 1, None, None),  # 16 rows, 2 warps
     (2, 1, 5, 1, None, None),  # one row
     (2, 4, 1, 2, None, None),  # one column
     (1, 1, 1, 1, None, None),
@@ -67,15 +69,51 @@ def run(rng, B, N, M, D, bandwidth, lengths):
     return gx, gy
 
 
+@requires_sim
 @pytest.mark.parametrize(("B", "N", "M", "D", "bandwidth", "lengths"), CASES)
 def test_wavefront_kernels_match_the_reference(rng, B, N, M, D, bandwidth, lengths):
     run(rng, B, N, M, D, bandwidth, lengths)
 
 
-def test_diagonal_kernels_past_1024_rows(rng):
-    run(rng, 1, 1025, 2, 1, None, None)
+@requires_sim
+@pytest.mark.parametrize(
+    ("warps", "B", "N", "M", "bandwidth", "lengths"),
+    [
+        (2, 1, 33, 9, None, None),  # 1 row a thread, the second warp's first thread the last
+        (4, 1, 65, 12, 4, None),  # 1 row, the third warp's first thread the last
+        (4, 1, 200, 3, None, None),  # 2 rows, every warp boundary crossed
+        (2, 3, 40, 12, 2, ([40, 17, 1], [12, 3, 5])),
+    ],
+)
+def test_several_warps_per_task(rng, warps, B, N, M, bandwidth, lengths):
+    x = torch.as_tensor(rng.standard_normal((B, N, 1)))
+    y = torch.as_tensor(rng.standard_normal((B, M, 1)))
+    if lengths is None:
+        tables = _tables(B, N, M, *band_offsets(N, M, bandwidth), None)
+    else:
+        tables = _tables(B, N, M, *pair_offsets(*lengths, bandwidth), lengths)
+    v, gx, gy = msm_cuda(x, y, C, GAMMA, tables, True, warps=warps)
+    values, ex, ey = reference(x, y, bandwidth, lengths)
+    np.testing.assert_allclose(v.numpy(), values, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gx.numpy(), ex, rtol=1e-10, atol=1e-11)
+    np.testing.assert_allclose(gy.numpy(), ey, rtol=1e-10, atol=1e-11)
 
 
+@requires_sim
+def test_diagonal_kernels_past_max_n(rng):
+    run(rng, 1, MAX_N + 1, 2, 1, None, None)
+
+
+def test_the_rule_for_rows_and_warps():
+    assert _shape(512, 32, 132) == (4, 4)  # few tasks: 4 warps each
+    assert _shape(512, 4 * 132, 132) == (16, 1)  # a warp for each sub-partition
+    assert _shape(513, 4 * 132, 132) == (16, 2)  # past 16 rows a thread: more warps
+    assert _shape(1, 1, 132) == (1, 1) and _shape(40, 1, 132) == (1, 2)
+    assert _shape(33, 1, 132, warps=1) == (2, 1)
+    assert _shape(MAX_N, 1, 132) == (16, 4) and _shape(MAX_N + 1, 1, 132) is None
+
+
+@requires_sim
 def test_gradients_are_deterministic():
     # (no atomics: the same bits on every run)
     first = run(np.random.default_rng(0), 2, 40, 9, 1, 5, None)

@@ -4,39 +4,47 @@ The edge costs are computed in the kernels from x and y (:mod:`sdtw.msm_referenc
 maths); ``R`` (P = B D, N, M) float64 is kept in global memory between the forward and the
 backward, float64 arithmetic throughout.
 
-Wavefront kernels (N up to ``32 * MAX_ROWS`` = 1024).  One warp per (pair, channel) task;
-lane ``l`` owns the strip of ``ROWS`` consecutive rows ``l ROWS, ..., l ROWS + ROWS - 1``
-(``ROWS`` a compile-time power of two with ``32 ROWS >= N``).  The row loops are unrolled
-(:func:`_unrolled`), so the strip's values on the steps' dependency chains (``R``, and ``G`` in
-the backward) sit in registers; its samples ``x_i`` and its ``x`` gradients, off those chains,
-in shared memory (one column per lane); ``x_{i-1}`` of its first row in a register.
+Wavefront kernels (N up to ``MAX_N`` = 2048).  One block of ``W`` warps per (pair, channel)
+task; its thread ``t`` owns the strip of ``ROWS`` consecutive rows ``t ROWS, ...,
+t ROWS + ROWS - 1`` (``ROWS`` a compile-time power of two with ``32 W ROWS >= N``).  ``W`` =
+1 when there are tasks enough to give every SM sub-partition a warp, else up to 4, one per
+32 rows (:func:`_shape`): the arithmetic is float64 (libdevice ``exp``/``log1p``, a few
+hundred float64 instructions a cell), so a warp runs at the 16 float64 lanes of its
+sub-partition, and a few tasks need several warps each to use more than one sub-partition
+of their SM.  The row loops are unrolled (:func:`_unrolled`), so the strip's values on the
+steps' dependency chains (``R``, and ``G`` in the backward) sit in registers; its samples
+``x_i`` and its ``x`` gradients, off those chains, in shared memory (one column per thread);
+``x_{i-1}`` of its first row in a register.
+Neighbouring threads hand values over through shared memory, double-buffered by step parity,
+one block barrier per step (a barrier serves the warps' boundaries; within a warp a shuffle
+would save a few tens of cycles of a step of thousands).
 
-* Forward, a skewed wavefront from the top left: at step ``s`` lane ``l`` computes column
-  ``j = s - l`` for its rows top to bottom,
+* Forward, a skewed wavefront from the top left: at step ``s`` thread ``t`` computes column
+  ``j = s - t`` for its rows top to bottom,
   ``R[i, j] = softmin(R[i-1, j-1] + (x_i - y_j)^2, R[i-1, j] + C(x_i, x_{i-1}, y_j),
-  R[i, j-1] + C(y_j, y_{j-1}, x_i))``; ``R[i, j-1]`` is the lane's own value of the step
-  before, the row above its strip comes from lane ``l - 1``'s bottom value of the step before
-  by one warp shuffle, and the value received a step earlier is the diagonal.  ``y_j`` is
-  loaded a step ahead.  Each cell is stored to ``R``.
-* Backward, the mirror wavefront from the bottom right: lane ``l`` computes column
-  ``j = (m - 1) - s + (L - l)`` (``L`` the last lane with rows: the lanes below go first), its
-  rows bottom to top.  A cell's ``G = d value / d R[i, j]`` is the sum of what its three
+  R[i, j-1] + C(y_j, y_{j-1}, x_i))``; ``R[i, j-1]`` is the thread's own value of the step
+  before, the row above its strip is thread ``t - 1``'s bottom value of the step before, and
+  the value received a step earlier is the diagonal.  ``y_j`` is loaded a step ahead.  Each
+  cell is stored to ``R``.
+* Backward, the mirror wavefront from the bottom right: thread ``t`` computes column
+  ``j = (m - 1) - s + (L - t)`` (``L`` the last thread with rows: the threads below go first),
+  its rows bottom to top.  A cell's ``G = d value / d R[i, j]`` is the sum of what its three
   successors pushed into it; once it is known, each edge into the cell carries the occupancy
   ``o = G[i, j] exp((R[i, j] - R[pred] - cost) / gamma)``, which is pushed to ``G`` of the
   edge's tail and, times the cost's partial derivatives, to the gradients of the samples the
   cost reads.  What is pushed into the row above the strip (the top row's up edge, and its
-  match edge of the step before) travels to lane ``l - 1`` by one shuffle; what goes left
-  waits in the lane's registers for the next step; ``R`` is read from global memory, each
-  cell once.  Gradients: the lane accumulates its rows' ``x_i`` and writes them at the end
-  (what its top row's up edges owe ``x_{i0-1}`` goes to lane ``l - 1`` by a last shuffle);
-  ``y_j``'s partial sum travels up the lanes with the wavefront (lane ``l`` adds its rows'
-  part and passes it to lane ``l - 1``, which reaches column ``j`` a step later; lane 0 writes
-  it), and what a step owes ``y_{j-1}`` waits for the lane's next step.  No atomics: the
-  gradients are deterministic.  No ``G`` in memory.
+  match edge of the step before) goes to thread ``t - 1`` as one value; what goes left waits
+  in the thread's registers for the next step; ``R`` is read from global memory, each cell
+  once.  Gradients: the thread accumulates its rows' ``x_i`` and writes them at the end
+  (what its top row's up edges owe ``x_{i0-1}`` goes to thread ``t - 1`` at the end);
+  ``y_j``'s partial sum travels up the threads with the wavefront (thread ``t`` adds its
+  rows' part and hands it to thread ``t - 1``, which reaches column ``j`` a step later;
+  thread 0 writes it), and what a step owes ``y_{j-1}`` waits for the thread's next step.  No
+  atomics: the gradients are deterministic.  No ``G`` in memory.
 
 A task takes ``M + ceil(N / ROWS) - 1`` steps in each direction.
 
-Diagonal kernels (any N; the fallback past 1024 rows), simple and slow: one block per task
+Diagonal kernels (any N; the fallback past ``MAX_N`` rows), simple and slow: one block per task
 sweeps its table by anti-diagonals (the cells of ``i + j = k`` depend only on diagonals
 ``k - 1`` and ``k - 2``), the threads striding over a diagonal's cells, a block barrier between
 diagonals, ``G`` in global memory too; then one thread per sample sums the occupancies of the
@@ -52,14 +60,18 @@ import numpy as np
 import torch
 from numba import cuda, float64
 
-from sdtw.cuda.allpairs import LANES, MAX_ROWS, _rows
 from sdtw.cuda.kernels.jit import SIMULATED, device, kernel
-from sdtw.cuda.kernels.primitives import from_next_lane, from_prev_lane
 from sdtw.msm_reference import GATE_EPS
 
-__all__ = ["msm_cuda"]
+__all__ = ["MAX_N", "msm_cuda"]
 
 INF = math.inf
+WARP = 32
+#: Rows per thread of the widest wavefront kernel (ptxas, sm_90: 220 registers a thread in
+#: the backward at 16 rows, no stack; at 32 rows it spills).
+MAX_ROWS = 16
+#: The wavefront kernels' most rows: 16 rows per thread in 4 warps.
+MAX_N = 4 * WARP * MAX_ROWS
 
 
 @device
@@ -98,7 +110,7 @@ def _inside(i, j, n, m, lo, hi):
 
 
 # ---------------------------------------------------------------------------------------------
-# Wavefront kernels: one warp per task, ROWS rows per lane.
+# Wavefront kernels: one block of W warps per task, ROWS rows per thread.
 
 
 @functools.cache
@@ -124,10 +136,10 @@ def _unrolled(row, rows: int, upward: bool):
 def _forward_row(k, args, carry):
     """Row ``i0 + k`` of column ``j``: ``R[i, j]`` from the row above's ``(diag, up)`` and the
     sample above, ``xp``; returns the next row's ``(diag, up, xp)``."""
-    R, task, i0, j, n, lo, hi, Rs, xs, lane, yv, yp, c, gamma, ig = args
+    R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig = args
     diag, up, xp = carry
     i = i0 + k
-    xi = xs[k, lane]
+    xi = xs[k, th]
     left = Rs[k]
     v = INF
     if i < n and -lo <= j - i and j - i <= hi:
@@ -147,14 +159,14 @@ def _backward_row(k, args, carry):
     incoming edges (pushed to ``G`` of their tails and to the gradients); ``carry``: what the
     row below pushed up and to the diagonal, ``R[i, j - 1]`` (the row below's diagonal), what
     the strip's up edges owe ``x_{i0-1}``, and the step's sums for ``y_j`` and ``y_{j-1}``."""
-    R, task, i0, j, n, m, lo, hi, Rs, Gs, xs, gxs, lane, R_above, x_above, yj, yp = args[:17]
+    R, task, i0, j, n, m, lo, hi, Rs, Gs, xs, gxs, th, R_above, x_above, yj, yp = args[:17]
     c, gamma, ig = args[17:]
     up_in, match_in, left, gx_above, gyj, gyp = carry
     i = i0 + k
     r = Rs[k]
     r_up = Rs[k - 1] if k > 0 else R_above
-    xi = xs[k, lane]
-    xp = xs[k - 1, lane] if k > 0 else x_above
+    xi = xs[k, th]
+    xp = xs[k - 1, th] if k > 0 else x_above
     diag = R[task, i - 1, j - 1] if (j >= 1 and 1 <= i and i <= n) else INF
     if i == 0 and j == 0:
         diag = 0.0  # (R[0, 0] = 0 + (x_0 - y_0)^2: a match from (-1, -1))
@@ -169,13 +181,13 @@ def _backward_row(k, args, carry):
         o_up = g * math.exp((r - r_up - cost) * ig)
         cost, e_v, e_p, e_o = _transition(yj, yp, xi, c, gamma, ig)
         o_left = g * math.exp((r - left - cost) * ig)
-        t = o_match * 2.0 * dm
-        gxs[k, lane] += t + o_up * d_v + o_left * e_o
+        g_match = o_match * 2.0 * dm
+        gxs[k, th] += g_match + o_up * d_v + o_left * e_o
         if k > 0:
-            gxs[k - 1, lane] += o_up * d_p
+            gxs[k - 1, th] += o_up * d_p
         else:
             gx_above += o_up * d_p
-        gyj += o_up * d_o + o_left * e_v - t
+        gyj += o_up * d_o + o_left * e_v - g_match
         gyp += o_left * e_p
     Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
     Rs[k] = left
@@ -183,89 +195,97 @@ def _backward_row(k, args, carry):
 
 
 @functools.cache
-def _wavefront(rows: int) -> tuple:
-    """The (forward, backward) kernels for ``rows`` rows per lane."""
+def _wavefront(rows: int, warps: int) -> tuple:
+    """The (forward, backward) kernels for ``rows`` rows per thread, ``warps`` warps per
+    task."""
+    T = WARP * warps
     down = _unrolled(_forward_row, rows, False)
     up_strip = _unrolled(_backward_row, rows, True)
 
     @kernel
     def forward(x, y, c, gamma, ns, ms, los, his, R):
         task = cuda.blockIdx.x
-        lane = cuda.threadIdx.x
-        xch = cuda.shared.array((2, LANES), float64)  # (the simulator's shuffles only)
+        th = cuda.threadIdx.x
         D = x.shape[2]
         b, d = task // D, task % D
         n, m, lo, hi = ns[b], ms[b], los[b], his[b]
         ig = 1.0 / gamma
-        i0 = lane * rows
-        used = (n + rows - 1) // rows  # lanes with rows
+        i0 = th * rows
+        used = (n + rows - 1) // rows  # threads with rows
+        hand = cuda.shared.array((2, T), float64)  # each thread's bottom row, by step parity
         Rs = cuda.local.array(rows, float64)  # the strip's column j - 1, then j
-        xs = cuda.shared.array((rows, LANES), float64)  # (off the chain: registers for Rs)
+        xs = cuda.shared.array((rows, T), float64)  # (off the chain: registers for Rs)
         for k in range(rows):
             Rs[k] = INF
-            xs[k, lane] = x[b, min(i0 + k, n - 1), d]
+            xs[k, th] = x[b, min(i0 + k, n - 1), d]
         x_above = x[b, max(min(i0, n) - 1, 0), d]
-        bot = INF  # this lane's bottom row at the last column it computed
+        bot = INF  # this thread's bottom row at the last column it computed
         up_prev = INF
         yv = 0.0
-        y_next = y[b, 0, d] if lane == 0 else 0.0
+        y_next = y[b, 0, d] if th == 0 else 0.0
         for s in range(m + used - 1):
-            up = from_prev_lane(bot, xch, s & 1)
-            j = s - lane
-            diag = up_prev
-            if lane == 0:
+            hand[s & 1, th] = bot
+            cuda.syncthreads()
+            j = s - th
+            if th == 0:
                 up = INF
                 diag = 0.0 if j == 0 else INF  # (R[0, 0] = (x_0 - y_0)^2 exactly)
+            else:
+                up = hand[s & 1, th - 1]
+                diag = up_prev
             up_prev = up
             yp = yv  # y_{j-1}: any finite value at j = 0 (its edge's tail is +inf)
             yv = y_next
             if 0 <= j + 1 and j + 1 < m:
                 y_next = y[b, j + 1, d]
             if 0 <= j and j < m and i0 < n:
-                args = (R, task, i0, j, n, lo, hi, Rs, xs, lane, yv, yp, c, gamma, ig)
+                args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
                 down(0, args, (diag, up, x_above))
                 bot = Rs[rows - 1]
 
     @kernel
     def backward(x, y, c, gamma, ns, ms, los, his, R, gx, gy):
         task = cuda.blockIdx.x
-        lane = cuda.threadIdx.x
-        xch = cuda.shared.array((2, LANES), float64)  # (the simulator's shuffles only)
+        th = cuda.threadIdx.x
         D = x.shape[2]
         b, d = task // D, task % D
         n, m, lo, hi = ns[b], ms[b], los[b], his[b]
         ig = 1.0 / gamma
-        i0 = lane * rows
-        last = (n + rows - 1) // rows - 1  # the last lane with rows
+        i0 = th * rows
+        last = (n + rows - 1) // rows - 1  # the last thread with rows
         mine = i0 < n
+        hand = cuda.shared.array((2, T), float64)  # pushed into the row above, by step parity
+        hand_y = cuda.shared.array((2, T), float64)  # gy's partial sums, by step parity
         Rs = cuda.local.array(rows, float64)  # R of the strip's column j, then j - 1
         Gs = cuda.local.array(rows, float64)  # pushed into the strip's column j so far
         # (off the steps' dependency chains, in shared memory: registers for the rest)
-        xs = cuda.shared.array((rows, LANES), float64)
-        gxs = cuda.shared.array((rows, LANES), float64)
+        xs = cuda.shared.array((rows, T), float64)
+        gxs = cuda.shared.array((rows, T), float64)
         for k in range(rows):
             i = i0 + k
             Rs[k] = R[task, i, m - 1] if i < n else INF
             Gs[k] = 0.0
-            xs[k, lane] = x[b, min(i, n - 1), d]
-            gxs[k, lane] = 0.0
+            xs[k, th] = x[b, min(i, n - 1), d]
+            gxs[k, th] = 0.0
         above = 0 < i0 and i0 <= n
         x_above = x[b, i0 - 1, d] if above else 0.0
         R_above = R[task, i0 - 1, m - 1] if above else INF
         gx_above = 0.0  # what the top row's up edges owe x_{i0-1}
-        j0 = (m - 1) + last - lane  # the column at step 0
+        j0 = (m - 1) + last - th  # the column at step 0
         ya = y[b, j0, d] if 0 <= j0 and j0 < m else 0.0
         yb = y[b, j0 - 1, d] if 0 <= j0 - 1 and j0 - 1 < m else 0.0
-        send = 0.0  # pushed into row i0 - 1 at this step's column (lane - 1's next step's)
+        send = 0.0  # pushed into row i0 - 1 at this step's column (thread - 1's next step's)
         match_top = 0.0  # the top row's match push of the step before (into the same cell)
-        gy_send = 0.0  # gy at this step's column: this lane's part and the lanes' below
+        gy_send = 0.0  # gy at this step's column: this thread's part and the ones' below
         gy_carry = 0.0  # what the step before owed y_{j-1}: this step's y_j
         for s in range(m + last):
-            G_below = from_next_lane(send, xch, 0)
-            gy_below = from_next_lane(gy_send, xch, 1)
-            if lane == last:
-                G_below = 0.0
-                gy_below = 0.0
+            hand[s & 1, th] = send
+            hand_y[s & 1, th] = gy_send
+            cuda.syncthreads()
+            G_below = gy_below = 0.0
+            if th < last:
+                G_below = hand[s & 1, th + 1]
+                gy_below = hand_y[s & 1, th + 1]
             j = j0 - s
             yj, yp = ya, yb
             ya = yb
@@ -275,7 +295,7 @@ def _wavefront(rows: int) -> tuple:
             if 0 <= j and j < m and mine:
                 i = i0 + rows - 1
                 left = R[task, i, j - 1] if (i < n and j >= 1) else INF
-                args = (R, task, i0, j, n, m, lo, hi, Rs, Gs, xs, gxs, lane, R_above, x_above)
+                args = (R, task, i0, j, n, m, lo, hi, Rs, Gs, xs, gxs, th, R_above, x_above)
                 carry = (G_below, 0.0, left, gx_above, gy_below + gy_carry, 0.0)
                 o_up, o_match, R_above, gx_above, gyj, gyp = up_strip(
                     0, (*args, yj, yp, c, gamma, ig), carry
@@ -284,18 +304,38 @@ def _wavefront(rows: int) -> tuple:
                 match_top = o_match
                 gy_send = gyj
                 gy_carry = gyp
-                if lane == 0:
+                if th == 0:
                     gy[b, j, d] = gyj
-        extra = from_next_lane(gx_above, xch, 0)  # what lane + 1 owes this lane's last row
-        if lane == last:
-            extra = 0.0
+        p = (m + last) & 1
+        hand[p, th] = gx_above
+        cuda.syncthreads()
         if mine:
+            extra = hand[p, th + 1] if th < last else 0.0  # what thread + 1 owes the last row
             for k in range(rows):
                 i = i0 + k
                 if i < n:
-                    gx[b, i, d] = gxs[k, lane] + (extra if k == rows - 1 else 0.0)
+                    gx[b, i, d] = gxs[k, th] + (extra if k == rows - 1 else 0.0)
 
     return forward, backward
+
+
+def _shape(N: int, tasks: int, sms: int, warps: int | None = None) -> tuple[int, int] | None:
+    """``(rows, warps)`` of the wavefront kernels for N rows and ``tasks`` (pair, channel)
+    tables on ``sms`` multiprocessors (None past ``MAX_N`` rows).  ``warps`` per task, unless
+    given: one once the tasks give each of the SMs' 4 sub-partitions a warp (the fewest
+    steps), else up to 4, one per 32 rows (a warp's float64 arithmetic runs on one
+    sub-partition's 16 float64 lanes), and more where ``MAX_ROWS`` rows per thread do not
+    cover N.  ``rows``: the smallest power of two that covers N."""
+    if N > MAX_N:
+        return None
+    if warps is None:
+        few = 1 if tasks >= 4 * sms else min(4, -(-N // WARP))
+        warps = max(few, -(-N // (WARP * MAX_ROWS)))
+    rows = 1
+    while WARP * warps * rows < N:
+        rows *= 2
+    assert rows <= MAX_ROWS and warps <= 4, (N, warps)  # (registers, shared memory)
+    return rows, warps
 
 
 # ---------------------------------------------------------------------------------------------
@@ -448,13 +488,21 @@ def _stream(device: torch.device):
     return cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
 
 
-def msm_cuda(x, y, c: float, gamma: float, tables: tuple, need: bool) -> tuple:
+def _multiprocessors(device: torch.device) -> int:
+    if SIMULATED:
+        return 0  # (the simulator: one warp per task)
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def msm_cuda(
+    x, y, c: float, gamma: float, tables: tuple, need: bool, *, warps: int | None = None
+) -> tuple:
     """Values (B,) and, with ``need``, the gradients wrt x (B, N, D) and y (B, M, D) of
     Soft-MSM (float64 inside); ``tables``: int64 NumPy arrays ``(n, m, lo, hi)`` (B,) of each
     pair's lengths and band offsets.  No autograd.
 
-    N up to ``32 * MAX_ROWS``: the wavefront kernels, one warp per (pair, channel); beyond,
-    the diagonal kernels."""
+    N up to ``MAX_N``: the wavefront kernels, one block of ``warps`` warps (None:
+    :func:`_shape`'s rule) per (pair, channel); beyond, the diagonal kernels."""
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
     B, N, D = a.shape
@@ -464,13 +512,14 @@ def msm_cuda(x, y, c: float, gamma: float, tables: tuple, need: bool) -> tuple:
     stream = _stream(dev)
     lens = [_arr(t) for t in (ns, ms, los, his)]
     args = (_arr(a), _arr(b), float(c), float(gamma), *lens)
-    wavefront = N <= LANES * MAX_ROWS
-    if wavefront:
-        forward, backward = _wavefront(_rows(N))
-        grid, threads = B * D, LANES
+    shape = _shape(N, B * D, _multiprocessors(dev), warps)
+    grid = B * D
+    if shape is not None:
+        forward, backward = _wavefront(*shape)
+        threads = WARP * shape[1]
         R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
     else:
-        forward, grid, threads = _forward, B * D, 8 if SIMULATED else 128
+        forward, threads = _forward, 8 if SIMULATED else 128
         R = torch.full((B * D, N, M), math.inf, dtype=torch.float64, device=dev)
     forward[grid, threads, stream](*args, _arr(R))
     values = R[torch.arange(B * D, device=dev), ns.repeat_interleave(D) - 1,
@@ -478,7 +527,7 @@ def msm_cuda(x, y, c: float, gamma: float, tables: tuple, need: bool) -> tuple:
     if not need:
         return values, None, None
     gx, gy = torch.zeros_like(a), torch.zeros_like(b)
-    if wavefront:
+    if shape is not None:
         backward[grid, threads, stream](*args, _arr(R), _arr(gx), _arr(gy))
         return values, gx, gy
     G = torch.zeros_like(R)
