@@ -35,8 +35,10 @@ would save a few tens of cycles of a step of thousands).
   cost reads.  What is pushed into the row above the strip (the top row's up edge, and its
   match edge of the step before) goes to thread ``t - 1`` as one value; what goes left waits
   in the thread's registers for the next step; ``R`` is read from global memory, each cell
-  once.  Gradients: the thread accumulates its rows' ``x_i`` and writes them at the end
-  (what its top row's up edges owe ``x_{i0-1}`` goes to thread ``t - 1`` at the end);
+  once, a step ahead (loaded at its use, behind the rows' branches, each row's load latency
+  would sit on the step's path: not measured).
+  Gradients: the thread accumulates its rows' ``x_i`` and writes them at the end (what its
+  top row's up edges owe ``x_{i0-1}`` goes to thread ``t - 1`` at the end);
   ``y_j``'s partial sum travels up the threads with the wavefront (thread ``t`` adds its
   rows' part and hands it to thread ``t - 1``, which reaches column ``j`` a step later;
   thread 0 writes it), and what a step owes ``y_{j-1}`` waits for the thread's next step.  No
@@ -67,8 +69,8 @@ __all__ = ["MAX_N", "msm_cuda"]
 
 INF = math.inf
 WARP = 32
-#: Rows per thread of the widest wavefront kernel (ptxas, sm_90: 220 registers a thread in
-#: the backward at 16 rows, no stack; at 32 rows it spills).
+#: Rows per thread of the widest wavefront kernel (ptxas, sm_90, 16 rows: 178 / 192 registers
+#: a thread forward / backward, no stack; the 32-row backward spilled).
 MAX_ROWS = 16
 #: The wavefront kernels' most rows: 16 rows per thread in 4 warps.
 MAX_N = 4 * WARP * MAX_ROWS
@@ -157,17 +159,19 @@ def _forward_row(k, args, carry):
 def _backward_row(k, args, carry):
     """Row ``i = i0 + k`` of column ``j``: ``G[i, j]``, the occupancies of the cell's three
     incoming edges (pushed to ``G`` of their tails and to the gradients); ``carry``: what the
-    row below pushed up and to the diagonal, ``R[i, j - 1]`` (the row below's diagonal), what
-    the strip's up edges owe ``x_{i0-1}``, and the step's sums for ``y_j`` and ``y_{j-1}``."""
-    R, task, i0, j, n, m, lo, hi, Rs, Gs, xs, gxs, th, R_above, x_above, yj, yp = args[:17]
-    c, gamma, ig = args[17:]
-    up_in, match_in, left, gx_above, gyj, gyp = carry
+    row below pushed up and to the diagonal, what the strip's up edges owe ``x_{i0-1}``, and
+    the step's sums for ``y_j`` and ``y_{j-1}``.  ``Rs``, ``Rn``: the strip's ``R`` of
+    columns ``j`` and ``j - 1`` (``R_above``, ``R_above_next``: the row above's)."""
+    R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th = args[:14]
+    R_above, R_above_next, x_above, yj, yp, c, gamma, ig = args[14:]
+    up_in, match_in, gx_above, gyj, gyp = carry
     i = i0 + k
     r = Rs[k]
     r_up = Rs[k - 1] if k > 0 else R_above
+    left = Rn[k]
+    diag = Rn[k - 1] if k > 0 else R_above_next
     xi = xs[k, th]
     xp = xs[k - 1, th] if k > 0 else x_above
-    diag = R[task, i - 1, j - 1] if (j >= 1 and 1 <= i and i <= n) else INF
     if i == 0 and j == 0:
         diag = 0.0  # (R[0, 0] = 0 + (x_0 - y_0)^2: a match from (-1, -1))
     o_match = o_up = o_left = 0.0
@@ -191,7 +195,9 @@ def _backward_row(k, args, carry):
         gyp += o_left * e_p
     Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
     Rs[k] = left
-    return o_up, o_match, diag, gx_above, gyj, gyp
+    # the next step's column j - 1, loaded a step ahead (row k + 1 is done with Rn[k] too)
+    Rn[k] = R[task, i, j - 2] if (i < n and j >= 2) else INF
+    return o_up, o_match, gx_above, gyj, gyp
 
 
 @functools.cache
@@ -257,6 +263,7 @@ def _wavefront(rows: int, warps: int) -> tuple:
         hand = cuda.shared.array((2, T), float64)  # pushed into the row above, by step parity
         hand_y = cuda.shared.array((2, T), float64)  # gy's partial sums, by step parity
         Rs = cuda.local.array(rows, float64)  # R of the strip's column j, then j - 1
+        Rn = cuda.local.array(rows, float64)  # R of the strip's column j - 1, then j - 2
         Gs = cuda.local.array(rows, float64)  # pushed into the strip's column j so far
         # (off the steps' dependency chains, in shared memory: registers for the rest)
         xs = cuda.shared.array((rows, T), float64)
@@ -264,12 +271,14 @@ def _wavefront(rows: int, warps: int) -> tuple:
         for k in range(rows):
             i = i0 + k
             Rs[k] = R[task, i, m - 1] if i < n else INF
+            Rn[k] = R[task, i, m - 2] if (i < n and m >= 2) else INF
             Gs[k] = 0.0
             xs[k, th] = x[b, min(i, n - 1), d]
             gxs[k, th] = 0.0
         above = 0 < i0 and i0 <= n
         x_above = x[b, i0 - 1, d] if above else 0.0
         R_above = R[task, i0 - 1, m - 1] if above else INF
+        R_above_next = R[task, i0 - 1, m - 2] if (above and m >= 2) else INF
         gx_above = 0.0  # what the top row's up edges owe x_{i0-1}
         j0 = (m - 1) + last - th  # the column at step 0
         ya = y[b, j0, d] if 0 <= j0 and j0 < m else 0.0
@@ -293,13 +302,12 @@ def _wavefront(rows: int, warps: int) -> tuple:
             send = 0.0
             gy_send = 0.0
             if 0 <= j and j < m and mine:
-                i = i0 + rows - 1
-                left = R[task, i, j - 1] if (i < n and j >= 1) else INF
-                args = (R, task, i0, j, n, m, lo, hi, Rs, Gs, xs, gxs, th, R_above, x_above)
-                carry = (G_below, 0.0, left, gx_above, gy_below + gy_carry, 0.0)
-                o_up, o_match, R_above, gx_above, gyj, gyp = up_strip(
-                    0, (*args, yj, yp, c, gamma, ig), carry
-                )
+                strip = (R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th)
+                inputs = (R_above, R_above_next, x_above, yj, yp, c, gamma, ig)
+                carry = (G_below, 0.0, gx_above, gy_below + gy_carry, 0.0)
+                o_up, o_match, gx_above, gyj, gyp = up_strip(0, (*strip, *inputs), carry)
+                R_above = R_above_next
+                R_above_next = R[task, i0 - 1, j - 2] if (above and j >= 2) else INF
                 send = o_up + match_top
                 match_top = o_match
                 gy_send = gyj
