@@ -1,8 +1,8 @@
 """Soft-MSM's CUDA kernels (:mod:`sdtw.cuda.msm`) in Numba's simulator against the float64
 reference: the wavefront kernels at sizes past each rows-per-thread boundary (N = 33, 65, 129,
 300 take 2, 4, 8, 16 rows in one warp; 513 takes 16 in 2 warps), a strip that ends on the last
-thread (N = 64), N != M, length 1, per-pair lengths, a band, several channels, blocks of 2 and
-4 warps (the hand-over between warps); the diagonal kernels past ``MAX_N`` rows; an upstream
+thread (N = 64), N != M, length 1, per-pair lengths, a band, several channels, blocks of 2, 4
+and 8 warps (the hand-over between warps); the diagonal kernels past ``MAX_N`` rows; an upstream
 gradient other than ones throughout; the rule that picks rows and warps."""
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ def test_wavefront_kernels_match_the_reference(rng, B, N, M, D, bandwidth, lengt
         (4, 1, 65, 12, 4, None),  # 1 row, the third warp's first thread the last
         (4, 1, 200, 3, None, None),  # 2 rows, every warp boundary crossed
         (2, 3, 40, 12, 2, ([40, 17, 1], [12, 3, 5])),
+        (8, 1, 40, 3, None, None),  # (the override's widest block)
     ],
 )
 def test_several_warps_per_task(rng, warps, B, N, M, bandwidth, lengths):

@@ -342,7 +342,8 @@ def _shape(N: int, tasks: int, sms: int, warps: int | None = None) -> tuple[int,
     rows = 1
     while WARP * warps * rows < N:
         rows *= 2
-    assert rows <= MAX_ROWS and warps <= 4, (N, warps)  # (registers, shared memory)
+    # (registers: 16 rows at most; shared memory: the strips' x and x gradients, 32 KB at most)
+    assert rows <= MAX_ROWS and rows * warps <= 64, (N, warps)
     return rows, warps
 
 
@@ -510,7 +511,8 @@ def msm_cuda(
     pair's lengths and band offsets.  No autograd.
 
     N up to ``MAX_N``: the wavefront kernels, one block of ``warps`` warps (None:
-    :func:`_shape`'s rule) per (pair, channel); beyond, the diagonal kernels."""
+    :func:`_shape`'s rule, 1 to 4; an override up to 8, with rows times warps at most 64) per
+    (pair, channel); beyond, the diagonal kernels."""
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
     B, N, D = a.shape
