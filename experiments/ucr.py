@@ -1,10 +1,11 @@
 """1-NN and k-means on the UCR datasets that aeon ships in its package (issue 53), on the CPU.
 
 ``python -m experiments.ucr [--quick] [--out DIR] [--dataset NAME ...]`` writes one long-format
-CSV, ``<out>/ucr.csv`` (default: ``experiments/results/<machine>/``, the committed folder;
-``--quick``: the git-ignored ``experiments/results/local/<machine>/``), one row per
-measurement with the run's provenance; ``python -m experiments.ucr --report`` turns the
-committed CSV into ``docs/ucr.md``.
+CSV, ``<out>/ucr.csv`` (default: the git-ignored ``experiments/results/local/<machine>/``; the
+committed data, ``experiments/results/cpu-amd-epyc/``, only when ``--out`` names it: the nox
+session ``ucr`` does), one row per measurement with the run's provenance;
+``python -m experiments.ucr --report [--out DIR]`` turns ``DIR/ucr.csv`` (default: the
+committed one) into ``docs/ucr.md``.
 
 Data: aeon's bundled copies (``aeon.datasets.load_classification``, no download): GunPoint,
 ArrowHead, ItalyPowerDemand, OSULeaf (univariate, equal lengths), JapaneseVowels (12 channels,
@@ -17,7 +18,10 @@ z-normalised, per channel, over its own length.
    ``KNeighborsTimeSeriesClassifier(distance="dtw")`` as the peer (``n_jobs=1``; sdtw runs
    Numba's threads: the ``threads`` column).  Times: fit + predict, after an untimed warm-up on
    two series (compilation).  ``agreement_aeon``: the fraction of test series where sdtw's
-   exact-DTW prediction equals aeon's.
+   exact-DTW prediction equals aeon's.  Where aeon's copy is not z-normalised already
+   (JapaneseVowels, PickupGestureWiimoteZ), exact DTW runs on the raw series too (column
+   ``prep``: ``znorm`` or ``raw``): the UEA archive's DTW results are on raw JapaneseVowels,
+   whose per-channel levels over 7-29 points are what z-normalising takes away.
 2. k-means on the test set, k = the number of classes: sdtw's
    :class:`sdtw.estimators.SoftDTWKMeans` against tslearn's
    ``TimeSeriesKMeans(metric="softdtw")``, both on the plain soft-DTW value (tslearn's
@@ -51,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.provenance import REPO, RESULTS, committed_dir, default_out_dir, provenance
+from experiments.provenance import REPO, RESULTS, default_out_dir, provenance
 
 __all__ = ["DATASETS", "PLANS", "Plan", "classify", "load", "main", "report", "run"]
 
@@ -114,14 +118,16 @@ def _znorm(x: np.ndarray) -> np.ndarray:
     return (x - x.mean(axis=0, keepdims=True)) / np.where(sd > 0, sd, 1.0)
 
 
-def load(name: str, split: str) -> tuple[list[np.ndarray], np.ndarray]:
-    """(series, labels): aeon's bundled split as z-normalised float64 (n_b, D) series."""
+def load(name: str, split: str, znorm: bool = True) -> tuple[list[np.ndarray], np.ndarray]:
+    """(series, labels): aeon's bundled split as float64 (n_b, D) series, z-normalised unless
+    ``znorm`` is False (the raw series)."""
     from aeon.datasets import load_classification
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         X, y = load_classification(name, split=split)
-    return [_znorm(np.asarray(x, dtype=np.float64).T) for x in X], np.asarray(y)
+    series = [np.asarray(x, dtype=np.float64).T for x in X]
+    return [_znorm(s) for s in series] if znorm else series, np.asarray(y)
 
 
 def _equal(series: Sequence[np.ndarray]) -> bool:
@@ -196,15 +202,26 @@ def _row(base: dict, **fields) -> dict:
 
 def nn_rows(name: str, plan: Plan, base: dict) -> list[dict]:
     """The 1-NN rows of one dataset (see the module docstring)."""
-    train, y_train = load(name, "train")
-    test, y_test = load(name, "test")
-    train, y_train = _subset(train, y_train, plan.nn_train)
-    test, y_test = _subset(test, y_test, plan.nn_test)
+    rows = []
+    for prep in ("znorm", "raw"):
+        train, y_train = _subset(*load(name, "train", prep == "znorm"), plan.nn_train)
+        test, y_test = _subset(*load(name, "test", prep == "znorm"), plan.nn_test)
+        if prep == "raw" and all(np.allclose(s, _znorm(s), atol=1e-2) for s in train + test):
+            continue  # (aeon's copy is z-normalised already)
+        gammas = plan.nn_gammas if prep == "znorm" else ()
+        rows += _nn_prep({**base, "prep": prep}, train, y_train, test, y_test, gammas)
+    return rows
+
+
+def _nn_prep(base: dict, train: list, y_train: np.ndarray, test: list, y_test: np.ndarray,
+             gammas: Sequence[float]) -> list[dict]:  # fmt: skip
+    """The 1-NN rows of one preparation of a dataset: exact DTW (sdtw, aeon), then sdtw's
+    divergence at ``gammas``."""
     base = {**base, "experiment": "1nn", "split": "train->test", "n_train": len(train),
             "n_series": len(test)}  # fmt: skip
     rows, predicted = [], {}
     two = np.unique(y_train, return_index=True)[1][:2]  # (aeon fits two classes at least)
-    for impl, gamma in [("sdtw", 0.0), ("aeon", 0.0), *(("sdtw", g) for g in plan.nn_gammas)]:
+    for impl, gamma in [("sdtw", 0.0), ("aeon", 0.0), *(("sdtw", g) for g in gammas)]:
         measure = "dtw" if gamma == 0 else "divergence"
         common = {**base, "impl": impl, "measure": measure, "gamma": gamma,
                   "input": _describe(impl, train), "threads": _threads(impl)}  # fmt: skip
@@ -264,6 +281,7 @@ def km_rows(name: str, plan: Plan, base: dict, impls: Sequence[str] = KM_IMPLS) 
     from sklearn.metrics import adjusted_rand_score
 
     series, y = _subset(*load(name, "test"), plan.km_series)
+    base = {**base, "prep": "znorm"}
     k = len(np.unique(y))
     base = {**base, "experiment": "kmeans", "split": "test", "n_series": len(series),
             "max_iter": plan.max_iter, "barycenter_iter": plan.barycenter_iter}  # fmt: skip
@@ -318,7 +336,7 @@ def run(datasets: Sequence[str] = DATASETS, quick: bool = False,
     return rows
 
 
-COLUMNS = ("experiment", "dataset", "impl", "measure", "gamma", "seed", "metric", "value",
+COLUMNS = ("experiment", "dataset", "prep", "impl", "measure", "gamma", "seed", "metric", "value",
            "status", "note", "split", "n_train", "n_series", "length", "D", "classes",
            "input", "max_iter", "barycenter_iter", "capped", "threads", "loadavg")  # fmt: skip
 
@@ -358,6 +376,8 @@ def report(path: Path = COMMITTED_CSV) -> str:
                      if r["experiment"] == "1nn" and r["measure"] == "divergence"},
                     key=float, reverse=True)  # fmt: skip
     p = rows[0]
+    path = Path(path).resolve()
+    source = path.relative_to(REPO) if REPO in path.parents else path.name
     dirty = " (dirty tree)" if p["git_dirty"] == "true" else ""
     ucr = [name for name in names if name in UCR_DTW_ERROR]
     nn_head = ["dataset", "train/test, length, D", "DTW (sdtw)", "DTW (aeon)"]
@@ -378,7 +398,7 @@ def report(path: Path = COMMITTED_CSV) -> str:
             err = [_cell(_values(one, impl=i, measure=m, gamma=g, metric="error"))
                    for i, m, g in keys]  # fmt: skip
             secs = " / ".join(_cell(_values(one, impl=i, measure=m, gamma=g, metric="time_s"),
-                                    ".1f") or "-" for i, m, g in keys)  # fmt: skip
+                                    ".3g") or "-" for i, m, g in keys)  # fmt: skip
             cells = [name, f"{r0['n_train']}/{r0['n_series']}, {r0['length']}, {r0['D']}", *err]
             cells += [f"{UCR_DTW_ERROR[name]:.3f}" if name in UCR_DTW_ERROR else ""] if ucr else []
             nn.append("| " + " | ".join([*cells, secs]) + " |")
@@ -394,11 +414,11 @@ def report(path: Path = COMMITTED_CSV) -> str:
             km.append(f"| {name} | {r0['n_series']} ({r0['classes']}) | {len(seeds)} | "
                       + " | ".join(both("ari")) + " | " + " / ".join(both("objective", ".2f"))
                       + " | " + " / ".join(both("n_iter", ".1f")) + " | "
-                      + " / ".join(both("time_s", ".1f")) + " |")  # fmt: skip
+                      + " / ".join(both("time_s", ".3g")) + " |")  # fmt: skip
         if mine[0]["capped"]:
             caps.append(f"{name}: {mine[0]['capped']}")
-    inputs = sorted({f"{r['impl']}: {r['input']} ({r['dataset']})" for r in rows
-                     if r["input"] and "lengths" in r["input"]})  # fmt: skip
+    inputs = list(dict.fromkeys(f"{r['dataset']}, {r['experiment']}, {r['impl']}: {r['input']}"
+                                for r in rows if "lengths" in r["input"]))  # fmt: skip
     load_avg = [float(r["loadavg"]) for r in rows if r["loadavg"]]
     threads = max(
         (int(r["threads"]) for r in rows if r["impl"] == "sdtw" and r["threads"]), default="?"
@@ -408,8 +428,7 @@ def report(path: Path = COMMITTED_CSV) -> str:
     out = [
         "# UCR datasets: 1-NN and k-means",
         "",
-        "<!-- generated by `python -m experiments.ucr --report` from "
-        "experiments/results/cpu-amd-epyc/ucr.csv: do not edit -->",
+        f"<!-- generated by `python -m experiments.ucr --report` from {source}: do not edit -->",
         "",
         f"Provenance: commit {p['git_sha'][:12]}{dirty}, "
         f"{p['cpu']} ({threads} Numba threads for sdtw), torch {p['torch']}, "
@@ -454,6 +473,9 @@ def report(path: Path = COMMITTED_CSV) -> str:
         "",
         "## What ran on what",
         "",
+        "Equal-length sets ran as arrays: (B, N, D) for sdtw and tslearn, (B, D, N) for aeon. "
+        "Variable-length ones:",
+        "",
         *(f"- {line}" for line in inputs),
         *(f"- capped, {line}" for line in caps),
         "",
@@ -465,17 +487,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.ucr", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--quick", action="store_true", help="a few series per set (a smoke test)")
-    p.add_argument("--out", type=Path, default=None, help="folder of ucr.csv")
+    p.add_argument("--out", type=Path, default=None, help="folder of ucr.csv (the module's "
+                   "docstring: where it goes by default)")  # fmt: skip
     p.add_argument("--dataset", nargs="+", default=list(DATASETS), choices=DATASETS)
-    p.add_argument("--report", action="store_true",
-                   help=f"write {DOC.relative_to(REPO)} from the committed CSV")  # fmt: skip
+    doc = DOC.relative_to(REPO)
+    p.add_argument("--report", action="store_true", help=f"write {doc} from ucr.csv")
     args = p.parse_args(argv)
     if args.report:
-        DOC.write_text(report(COMMITTED_CSV))
+        DOC.write_text(report(args.out / CSV_NAME if args.out else COMMITTED_CSV))
         print(f"wrote {DOC}")
         return 0
     rows = run(args.dataset, quick=args.quick)
-    path = (args.out or (default_out_dir() if args.quick else committed_dir())) / CSV_NAME
+    path = (args.out or default_out_dir()) / CSV_NAME
     write(rows, path)
     print(f"wrote {path}")
     return 0
