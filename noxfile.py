@@ -274,3 +274,12 @@ def soft_msm(session: nox.Session) -> None:
     _install(session, "test", peers=True)  # (aeon: the datasets, MBA and the hard distances)
     session.run("python", "-m", "experiments.soft_msm_repro", *session.posargs)
     session.run("python", "-m", "paper.soft_msm_report")
+
+
+@nox.session(venv_params=VENV)
+def ucr(session: nox.Session) -> None:
+    """Rerun 1-NN and k-means on aeon's UCR sets (2 CPU cores: 20-30 min), redo docs/ucr.md."""
+    _install(session, "test", peers=True)  # (aeon: the datasets and 1-NN DTW; tslearn: k-means)
+    out = "experiments/results/cpu-amd-epyc"  # (the committed data that docs/ucr.md reads)
+    session.run("python", "-m", "experiments.ucr", "--out", out, *session.posargs)
+    session.run("python", "-m", "experiments.ucr", "--report", "--out", out)
