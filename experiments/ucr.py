@@ -274,6 +274,8 @@ def _kmeans(impl: str, series, k: int, seed: int, plan: Plan) -> tuple:
                           max_iter=plan.max_iter, max_iter_barycenter=plan.barycenter_iter,
                           init=_padded(series, 0.0)[picks], random_state=seed)  # fmt: skip
     km.fit(_padded(series, np.nan))
+    if km.n_iter_ == 0:  # (every attempt hit an empty cluster: tslearn keeps no result)
+        raise RuntimeError("tslearn: EmptyClusterError at each of its attempts (n_iter_ = 0)")
     return km.labels_, km.cluster_centers_, km.n_iter_
 
 
@@ -408,12 +410,22 @@ def _both(rows: list[dict], metric: str, fmt: str = ".3f", join: str = " / ") ->
                      for i in ("sdtw", "tslearn"))  # fmt: skip
 
 
+def _failed(rows: list[dict]) -> set[tuple[str, str, str]]:
+    """(dataset, impl, seed) of the k-means runs that gave no clustering: an error row, or
+    tslearn's ``n_iter_ = 0`` (recorded as such before the harness turned it into an error)."""
+    none = [r for r in rows if r["experiment"] == "kmeans" and (
+        r["status"] != "ok" or (r["metric"] == "n_iter" and float(r["value"]) == 0))]  # fmt: skip
+    return {(r["dataset"], r["impl"], r["seed"]) for r in none}
+
+
 def _km_table(rows: list[dict], names: list[str]) -> list[str]:
-    """The k-means table: mean (min-max) over the seeds, sdtw / tslearn."""
+    """The k-means table: mean (min-max) over the seeds that gave a clustering."""
+    failed = _failed(rows)
     out = ["| dataset | series (k) | seeds | ARI sdtw | ARI tslearn | objective sdtw / tslearn "
            "| iterations sdtw / tslearn | time sdtw / tslearn (s) |", "|" + "---|" * 8]  # fmt: skip
     for name in names:
-        two = [r for r in rows if r["dataset"] == name and r["experiment"] == "kmeans"]
+        two = [r for r in rows if r["dataset"] == name and r["experiment"] == "kmeans"
+               and (name, r["impl"], r["seed"]) not in failed]  # fmt: skip
         if not two:
             continue
         seeds = len({r["seed"] for r in two if r["seed"] != ""})
@@ -489,6 +501,9 @@ def report(path: Path = COMMITTED_CSV) -> str:
         "",
         *_km_table(rows, names),
         "",
+        *(f"- {name}, {impl}, seed {seed}: no clustering (left out of its means)"
+          for name, impl, seed in sorted(_failed(rows))),
+        *([""] if _failed(rows) else []),
         "## What ran on what",
         "",
         "Equal-length sets ran as arrays: (B, N, D) for sdtw and tslearn, (B, D, N) for aeon. "

@@ -64,6 +64,20 @@ def test_report_from_the_quick_csv(quick_csv):
     assert all(f"| {name} |" in text for name in SETS)
 
 
+def test_report_leaves_out_a_kmeans_run_without_iterations(quick_csv, tmp_path):
+    """tslearn's n_iter_ = 0 (every attempt hit an empty cluster) is no clustering."""
+    with quick_csv.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    ours = [r for r in rows if r["experiment"] == "kmeans" and r["dataset"] == "GunPoint"]
+    peer = [{**r, "impl": "tslearn", "value": "0" if r["metric"] == "n_iter" else r["value"]}
+            for r in ours]  # fmt: skip
+    ucr.write(rows + peer, tmp_path / ucr.CSV_NAME)
+    text = ucr.report(tmp_path / ucr.CSV_NAME)
+    assert "GunPoint, tslearn, seed 0: no clustering" in text
+    line = next(x for x in text.splitlines() if x.startswith("| GunPoint | ") and "failed" in x)
+    assert line.count("failed") == 4  # (ARI, objective, iterations, time)
+
+
 @pytest.mark.parametrize("name", SETS)
 def test_sdtw_exact_dtw_1nn_predicts_as_aeon(name):
     train, y_train = ucr._subset(*ucr.load(name, "train"), 20)
