@@ -38,6 +38,7 @@ import torch
 from numba import njit, prange
 
 from sdtw.cpu import _push, _run, _serial, _softmin3, cpu_forward
+from sdtw.cpu_lanes import lane_backward, lane_forward, use_lanes
 
 __all__ = [
     "DIST_CODES",
@@ -247,7 +248,10 @@ def full_forward(
     x: np.ndarray, y: np.ndarray, dist: str, gamma: float, tables: tuple
 ) -> tuple[np.ndarray, np.ndarray]:
     """The full mode from the sequences: values (B,) and the padded table R (B, N + 1, M + 1)
-    of :func:`sdtw.cpu.cpu_forward`, the cost built by a Numba kernel on each pair's band."""
+    of :func:`sdtw.cpu.cpu_forward`, the cost built by a Numba kernel on each pair's band; or,
+    where :func:`sdtw.cpu_lanes.use_lanes`, pairs as SIMD lanes (R in the lanes' layout)."""
+    if use_lanes(x.shape[0], dist):
+        return lane_forward(x, y, gamma, tables)
     B, N, _ = x.shape
     M = y.shape[1]
     ns, ms, los, his = tables
@@ -269,6 +273,8 @@ def full_backward(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The gradients (B, N, D), (B, M, D) of ``sum_b grad_out[b] values[b]`` wrt x and y from
     :func:`full_forward`'s table R, without the (B, N, M) E (float64)."""
+    if use_lanes(x.shape[0], dist):
+        return lane_backward(x, y, gamma, tables, R, grad_out)
     B, N, _ = x.shape
     gx, gy = np.zeros_like(x), np.zeros_like(y)
     serial = _serial(B, N, y.shape[1])

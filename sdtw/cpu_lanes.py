@@ -1,0 +1,256 @@
+"""Soft-DTW with pairs as SIMD lanes: the CPU building blocks, and the full mode's forward and
+backward for the squared Euclidean cost built on them.
+
+A thread takes a group of ``L`` pairs and sweeps the union of their tables row by row; every
+array of the group has the lane (the pair) as its last, contiguous axis, and every cell is a
+loop over the lanes whose body is branch-free and calls no libm function (the soft minimum and
+the softmax weights of :mod:`sdtw._simd`), so LLVM turns it into vector code: 8 pairs per
+AVX-512 register, the group's registers independent chains that overlap.  Each lane keeps to
+its own table and band by a select: a cell outside it is ``+inf`` in the forward and pushes
+nothing in the backward.  The lane count ``L`` is the last axis of the arrays a block takes
+(a runtime trip count: 32 lanes run as fast as a compile-time 32, 16 lanes 10 % slower than a
+compile-time 16, 8 lanes hardly vectorise).  The blocks are compiled on their own, not inlined
+into the ``prange`` kernels (Numba's parfor passes on the inlined blocks took minutes).
+
+Forward, lane ``g`` of cell ``(i, j)``, padded rows as in :mod:`sdtw.cpu`:
+
+.. math::  R_{i+1,j+1} = C_{ij} + \\operatorname{softmin}_\\gamma(R_{ij}, R_{i,j+1}, R_{i+1,j})
+
+Backward, the push form of :mod:`sdtw.cpu` (``E_s`` final when ``s`` is reached in reverse
+row-major order; ``s`` pushes ``E_s P_s(p)`` to each predecessor ``p``, ``P_s`` the softmax of
+its predecessors around their minimum, whose own weight is exactly 1), then each cell's share
+of the gradients once its row of E is final:
+
+.. math::  \\frac{\\partial}{\\partial x_i} \\mathrel{+}= 2 E_{ij} (x_i - y_j),\\qquad
+           \\frac{\\partial}{\\partial y_j} \\mathrel{-}= 2 E_{ij} (x_i - y_j).
+
+The cost is ``sum_d (x_d - y_d)^2`` (the CUDA table kernel's form; :func:`sdtw.distances.cost`
+rounds differently: values agree to a few ulps).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import get_num_threads, njit, prange
+
+from sdtw._simd import LANE_FLAGS, exp_neg, softmin3
+from sdtw.cpu import _run, _serial
+
+__all__ = [
+    "FULL_LANES",
+    "cost_row",
+    "group_tables",
+    "lane_backward",
+    "lane_forward",
+    "pack",
+    "push_row",
+    "soft_row",
+    "spans",
+    "use_lanes",
+]
+
+#: Pairs per group of the full mode: two groups at B = 32 for the 2 cores (32 lanes are 10-15 %
+#: faster per thread, one thread).
+FULL_LANES = 16
+
+
+_block = njit(cache=True, nogil=True, **LANE_FLAGS)
+
+
+@_block
+def pack(X, I, lens, p0, k, out):
+    """Rows ``X[I[p0 + g], :lens[g]]`` into ``out[:, :, g]`` (zeros past each length;
+    lanes ``g >= k`` repeat the group's last pair)."""
+    for g in range(out.shape[2]):
+        x = X[I[p0 + min(g, k - 1)]]
+        for t in range(lens[g]):
+            for d in range(X.shape[2]):
+                out[t, d, g] = x[t, d]
+
+
+@_block
+def spans(i, n, m, lo, hi, a, b):
+    """Lane g's cells of row ``i``: ``a[g] <= j < b[g]`` (its table and band)."""
+    for g in range(a.shape[0]):
+        a[g] = max(0, i - lo[g])
+        b[g] = min(m[g], i + hi[g] + 1) if i < n[g] else 0
+
+
+@_block
+def cost_row(xs, ys, i, j0, j1, C):
+    """``C[j, g] = |xs[i, :, g] - ys[j, :, g]|^2`` for ``j0 <= j < j1``."""
+    L = C.shape[1]
+    for j in range(j0, j1):
+        for g in range(L):
+            C[j, g] = 0.0
+        for d in range(xs.shape[1]):
+            for g in range(L):
+                t = xs[i, d, g] - ys[j, d, g]
+                C[j, g] += t * t
+
+
+@_block
+def soft_row(prev, cur, C, j0, j1, a, b, gamma, ig):
+    """Padded row ``cur`` from ``prev`` on columns ``j0 <= j < j1``: lane g's cell where
+    ``a[g] <= j < b[g]``, +inf elsewhere."""
+    L = C.shape[1]
+    for j in range(j0, j1):
+        for g in range(L):
+            v = C[j, g] + softmin3(prev[j, g], prev[j + 1, g], cur[j, g], gamma, ig)
+            cur[j + 1, g] = v if (j >= a[g]) & (j < b[g]) else math.inf
+
+
+@_block
+def push_row(R0, R1, E0, E1, j0, j1, ig):
+    """Row ``i`` of the backward, columns ``j1 - 1`` down to ``j0``: ``R0``, ``R1`` the
+    padded R rows ``i``, ``i + 1``; ``E1`` (final on entry at each cell) and ``E0`` the
+    padded E rows of cells ``i`` and ``i - 1`` (``E[j + 1]`` is cell j, ``E[0]`` a sink).
+    A cell not reached (``R = +inf``) or with ``E = 0`` pushes nothing, and its E is set
+    to 0 (no share of the gradients)."""
+    L = E1.shape[1]
+    for j in range(j1 - 1, j0 - 1, -1):
+        for g in range(L):
+            e = E1[j + 1, g]
+            rd, ru, rl = R0[j, g], R0[j + 1, g], R1[j, g]
+            lo = rd if rd < ru else ru
+            hi = ru if rd < ru else rd
+            m = lo if lo < rl else rl
+            top = hi if hi > rl else rl
+            mid_ = hi if hi < rl else rl
+            mid = mid_ if mid_ > lo else lo
+            # (each weight by value: the minimum's exactly 1, two exponentials per cell)
+            w_mid = exp_neg((m - mid) * ig)
+            w_top = exp_neg((m - top) * ig)
+            wd = 1.0 if rd == m else (w_mid if rd == mid else w_top)
+            wu = 1.0 if ru == m else (w_mid if ru == mid else w_top)
+            wl = 1.0 if rl == m else (w_mid if rl == mid else w_top)
+            live = (e != 0.0) & (R1[j + 1, g] != math.inf)
+            scale = e / (wd + wu + wl) if live else 0.0
+            E1[j + 1, g] = e if live else 0.0
+            E0[j, g] += scale * wd
+            E0[j + 1, g] += scale * wu
+            E1[j, g] += scale * wl
+
+
+@_block
+def grad_row(xs, ys, i, j0, j1, E1, gxs, gys):
+    """Each cell of row ``i``'s share of the gradients, its E final (``E1[j + 1]``)."""
+    L = E1.shape[1]
+    for j in range(j0, j1):
+        for d in range(xs.shape[1]):
+            for g in range(L):
+                v = (2.0 * E1[j + 1, g]) * (xs[i, d, g] - ys[j, d, g])
+                gxs[i, d, g] += v
+                gys[j, d, g] -= v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def group_tables(ns, ms, los, his, p0, k, L):
+    """The per-lane ``n, m, lo, hi`` of the group of pairs ``p0 ..`` (lanes past ``k`` repeat
+    the last pair)."""
+    n, m = np.empty(L, np.int64), np.empty(L, np.int64)
+    lo, hi = np.empty(L, np.int64), np.empty(L, np.int64)
+    for g in range(L):
+        p = p0 + min(g, k - 1)
+        n[g], m[g], lo[g], hi[g] = ns[p], ms[p], los[p], his[p]
+    return n, m, lo, hi
+
+
+def _forward_kernel(X, Y, gamma, ns, ms, los, his, R, out):
+    """Group q's padded tables into ``R[q]`` (N + 1, M + 1, L), values into ``out``."""
+    B, D, L = X.shape[0], X.shape[2], R.shape[3]
+    I = np.arange(B)
+    ig = 1.0 / gamma
+    for q in prange(R.shape[0]):
+        p0 = q * L
+        k = min(L, B - p0)
+        n, m, lo, hi = group_tables(ns, ms, los, his, p0, k, L)
+        N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
+        xs, ys = np.zeros((N, D, L)), np.zeros((M, D, L))
+        pack(X, I, n, p0, k, xs)
+        pack(Y, I, m, p0, k, ys)
+        Rq = R[q]
+        Rq[:, :, :] = math.inf
+        Rq[0, 0, :] = 0.0
+        C = np.empty((M, L))
+        a, b = np.empty(L, np.int64), np.empty(L, np.int64)
+        for i in range(N):
+            j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
+            spans(i, n, m, lo, hi, a, b)
+            cost_row(xs, ys, i, j0, j1, C)
+            soft_row(Rq[i], Rq[i + 1], C, j0, j1, a, b, gamma, ig)
+        for g in range(k):
+            out[p0 + g] = Rq[n[g], m[g], g]
+
+
+def _backward_kernel(X, Y, gamma, ns, ms, los, his, R, gout, GX, GY):
+    """``GX``, ``GY`` (zeroed) += the gradients of ``gout[b] * value[b]`` wrt x, y."""
+    B, D, L = X.shape[0], X.shape[2], R.shape[3]
+    I = np.arange(B)
+    ig = 1.0 / gamma
+    for q in prange(R.shape[0]):
+        p0 = q * L
+        k = min(L, B - p0)
+        n, m, lo, hi = group_tables(ns, ms, los, his, p0, k, L)
+        N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
+        xs, ys = np.zeros((N, D, L)), np.zeros((M, D, L))
+        pack(X, I, n, p0, k, xs)
+        pack(Y, I, m, p0, k, ys)
+        gxs, gys = np.zeros((N, D, L)), np.zeros((M, D, L))
+        E0, E1 = np.zeros((M + 1, L)), np.zeros((M + 1, L))
+        Rq = R[q]
+        for i in range(N - 1, -1, -1):
+            for g in range(L):
+                if i == n[g] - 1:
+                    E1[m[g], g] = gout[p0 + min(g, k - 1)]
+            j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
+            push_row(Rq[i], Rq[i + 1], E0, E1, j0, j1, ig)
+            grad_row(xs, ys, i, j0, j1, E1, gxs, gys)
+            E0, E1 = E1, E0
+            E0[:, :] = 0.0
+        for g in range(k):
+            GX[p0 + g, : n[g], :] = gxs[: n[g], :, g]
+            GY[p0 + g, : m[g], :] = gys[: m[g], :, g]
+
+
+_jit = functools.partial(njit, cache=True, nogil=True, **LANE_FLAGS)
+_forward_parallel = _jit(parallel=True)(_forward_kernel)
+_forward_serial = _jit()(_forward_kernel)
+_backward_parallel = _jit(parallel=True)(_backward_kernel)
+_backward_serial = _jit()(_backward_kernel)
+
+
+def use_lanes(B: int, dist: str) -> bool:
+    """Whether the full mode runs as lanes: the squared Euclidean cost, at least half a group
+    of pairs per thread (fewer would leave most lanes idle), and at most a quarter more lanes
+    than pairs (R has a table per lane: the memory model counts one per pair)."""
+    lanes = -(-B // FULL_LANES) * FULL_LANES
+    enough = B >= FULL_LANES // 2 * min(2, get_num_threads())
+    return dist == "sqeuclidean" and enough and 4 * lanes <= 5 * B
+
+
+def lane_forward(x: np.ndarray, y: np.ndarray, gamma: float, tables: tuple) -> tuple:
+    """Values (B,) of x (B, N, D), y (B, M, D) (float64, C-contiguous) over each pair's
+    ``tables`` = (n, m, lo, hi), and the lanes' padded tables R (groups, N + 1, M + 1, L) for
+    :func:`lane_backward`."""
+    B, N, M, L = x.shape[0], x.shape[1], y.shape[1], FULL_LANES
+    R = np.empty((-(-B // L), N + 1, M + 1, L))
+    out = np.empty(B)
+    serial = R.shape[0] == 1 or _serial(B, N, M)
+    kernel = _forward_serial if serial else _forward_parallel
+    _run(kernel, serial, x, y, float(gamma), *tables, R, out)
+    return out, R
+
+
+def lane_backward(x, y, gamma: float, tables: tuple, R: np.ndarray, grad_out: np.ndarray):
+    """The gradients (B, N, D), (B, M, D) of ``sum_b grad_out[b] values[b]`` wrt x and y from
+    :func:`lane_forward`'s R (float64)."""
+    B, N, M = x.shape[0], x.shape[1], y.shape[1]
+    gx, gy = np.zeros_like(x), np.zeros_like(y)
+    serial = R.shape[0] == 1 or _serial(B, N, M)
+    kernel = _backward_serial if serial else _backward_parallel
+    _run(kernel, serial, x, y, float(gamma), *tables, R, grad_out, gx, gy)
+    return gx, gy
