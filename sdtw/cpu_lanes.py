@@ -173,12 +173,16 @@ def _forward_kernel(X, Y, gamma, ns, ms, los, his, R, out):
         pack(X, I, n, p0, k, xs)
         pack(Y, I, m, p0, k, ys)
         Rq = R[q]
-        Rq[:, :, :] = math.inf
+        Rq[0, :, :] = math.inf
         Rq[0, 0, :] = 0.0
+        Rq[N + 1 :, :, :] = math.inf  # (R's rows past the group's tables)
         C = np.empty((M, L))
         a, b = np.empty(L, np.int64), np.empty(L, np.int64)
         for i in range(N):
             j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
+            # (only the cells outside the union of the bands are filled: one pass over R)
+            Rq[i + 1, : j0 + 1, :] = math.inf
+            Rq[i + 1, j1 + 1 :, :] = math.inf
             spans(i, n, m, lo, hi, a, b)
             cost_row(xs, ys, i, j0, j1, C)
             soft_row(Rq[i], Rq[i + 1], C, j0, j1, a, b, gamma, ig)
