@@ -45,6 +45,7 @@ __all__ = [
     "group_tables",
     "lane_backward",
     "lane_forward",
+    "min_row",
     "pack",
     "push_row",
     "soft_row",
@@ -100,6 +101,21 @@ def soft_row(prev, cur, C, j0, j1, a, b, gamma, ig):
     for j in range(j0, j1):
         for g in range(L):
             v = C[j, g] + softmin3(prev[j, g], prev[j + 1, g], cur[j, g], gamma, ig)
+            cur[j + 1, g] = v if (j >= a[g]) & (j < b[g]) else math.inf
+
+
+@_block
+def min_row(prev, cur, C, j0, j1, a, b):
+    """:func:`soft_row`'s exact-DTW twin: the hard minimum, NaN where a predecessor is NaN
+    (:func:`sdtw.cpu_dtw._min3`)."""
+    L = C.shape[1]
+    for j in range(j0, j1):
+        for g in range(L):
+            p, q, r = prev[j, g], prev[j + 1, g], cur[j, g]
+            m = p if p <= q else q
+            m = m if m <= r else r
+            nan = (p != p) | (q != q) | (r != r)
+            v = C[j, g] + (math.nan if nan else m)
             cur[j + 1, g] = v if (j >= a[g]) & (j < b[g]) else math.inf
 
 

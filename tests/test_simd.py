@@ -1,8 +1,9 @@
-"""Pairs as SIMD lanes (:mod:`sdtw._simd`, :func:`sdtw.cpu_pairs.pair_table_soft_values`):
+"""Pairs as SIMD lanes (:mod:`sdtw._simd`, :mod:`sdtw.cpu_lanes`, :mod:`sdtw.cpu_pairs`):
 the branch-free ``exp``/``log`` within 1 ulp of the exact values (mpmath), their soft minimum
 against the scalar one and the reference's special values, and the lane kernel against the
 float64 reference on fresh random pairs (N != M, odd lengths, length 1, per-pair lengths,
-bands, gamma down to 1e-3, D > 1, groups part full, serial and parallel)."""
+bands, gamma down to 1e-3 and exact DTW, D > 1, groups part full, serial and parallel), and
+the full mode's lanes (values and gradients)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from sdtw.band import pair_offsets
 from sdtw.cpu import _softmin3 as scalar_softmin3
 from sdtw.reference import _softmin3 as reference_softmin3
 from sdtw.reference import reference_forward
+from sdtw.reference_dtw import dtw_forward
 from tests.conftest import randn, rel_err
 
 
@@ -116,7 +118,8 @@ def _reference(X, Y, I, J, ns, ms, gamma, bandwidth) -> np.ndarray:
     for p in range(I.shape[0]):
         x, y = X[I[p], : ns[p]], Y[J[p], : ms[p]]
         cost = ((x[:, None, :] - y[None, :, :]) ** 2).sum(-1)[None]
-        out.append(reference_forward(cost, gamma, bandwidth)[0, ns[p], ms[p]])
+        forward = reference_forward if gamma > 0 else dtw_forward
+        out.append(forward(cost, gamma, bandwidth)[0, ns[p], ms[p]])
     return np.array(out)
 
 
@@ -128,6 +131,8 @@ def _reference(X, Y, I, J, ns, ms, gamma, bandwidth) -> np.ndarray:
         (5, 9, 9, 13, 1, 0.1, 2.5, True),  # (two groups, lengths, a band)
         (7, 6, 11, 4, 3, 1e-3, None, True),  # (small gamma, D > 1, N > M)
         (9, 8, 6, 8, 1, 0.01, 1, False),  # (72 pairs, bands in a group alike)
+        (5, 9, 9, 13, 2, 0.0, 2.5, True),  # (exact DTW: lengths, a band)
+        (3, 4, 7, 5, 1, 0.0, None, False),  # (exact DTW, one group)
     ],
 )
 def test_table_kernel_matches_the_reference(rng, B1, B2, N, M, D, gamma, bandwidth, lengths):
@@ -142,7 +147,7 @@ def test_table_kernel_matches_the_reference(rng, B1, B2, N, M, D, gamma, bandwid
     Xp = X.copy()
     for b in range(B1):
         Xp[b, xl[b] :] = math.nan  # (never read)
-    got = cpu_pairs.pair_table_soft_values(Xp, Y, I, J, ns, ms, los, his, gamma)
+    got = cpu_pairs.pair_table_values(Xp, Y, I, J, ns, ms, los, his, gamma)
     want = _reference(X, Y, I, J, ns, ms, gamma, bandwidth)
     finite = np.isfinite(want)
     assert np.array_equal(finite, np.isfinite(got)) and np.all(got[~finite] == want[~finite])
@@ -150,7 +155,7 @@ def test_table_kernel_matches_the_reference(rng, B1, B2, N, M, D, gamma, bandwid
     # the parallel path (prange over groups) gives the same values bit for bit
     P = I.shape[0]
     par = np.empty(P)
-    cpu_pairs._soft_parallel(Xp, Y, I, J, ns, ms, los, his, float(gamma), par)
+    cpu_pairs._parallel(Xp, Y, I, J, ns, ms, los, his, float(gamma), par)
     assert np.array_equal(par, got, equal_nan=True)
 
 
@@ -164,7 +169,7 @@ def test_cdist_takes_the_lane_kernel(rng):
     assert rel_err(got, sdtw.cdist(X, Y, backend="reference", **kw)) < 1e-13
     I, J = np.repeat(np.arange(37), 3), np.tile(np.arange(3), 37)
     ns, ms = np.array(xl)[I], np.array(yl)[J]
-    lanes = cpu_pairs.pair_table_soft_values(
+    lanes = cpu_pairs.pair_table_values(
         X.numpy(), Y.numpy(), I, J, ns, ms, *pair_offsets(ns, ms, 3), 0.3
     )
     assert torch.equal(got.view(-1), torch.from_numpy(lanes))
@@ -202,3 +207,21 @@ def test_full_mode_lanes_match_the_reference(rng, B, N, M, D, gamma, bandwidth, 
     # (the reference's own gradient error grows like 1 / gamma: its published backward form)
     for got, want, tol in zip(out[0], out[1], (1e-13, 1e-11, 1e-11), strict=True):
         assert rel_err(got, want) < tol
+
+
+def test_full_mode_backward_follows_the_forward(rng):
+    """The backward takes the forward's layout of R, whatever the thread count says by then
+    (14 pairs: lanes on one thread, the scalar kernels on two)."""
+    import numba
+
+    threads = numba.get_num_threads()
+    x, y = randn(rng, 14, 6, 1).requires_grad_(), randn(rng, 14, 5, 1).requires_grad_()
+    numba.set_num_threads(1)
+    try:
+        v = sdtw.softdtw(x, y, gamma=0.5, backend="cpu")
+    finally:
+        numba.set_num_threads(threads)
+    g = torch.autograd.grad(v.sum(), (x, y))
+    xr, yr = x.detach().requires_grad_(), y.detach().requires_grad_()
+    want = torch.autograd.grad(sdtw.softdtw(xr, yr, gamma=0.5, backend="reference").sum(), (xr, yr))
+    assert rel_err(g[0], want[0]) < 1e-12 and rel_err(g[1], want[1]) < 1e-12

@@ -109,10 +109,10 @@ class CPUBackend(Backend):
         return out, torch.from_numpy(E).to(cost.device, cost.dtype)
 
     def table_values(self, plan, X, Y, i, j, x_lengths, y_lengths):
-        # (squared Euclidean cost; soft-DTW's pairs as SIMD lanes, see sdtw.cpu_pairs)
+        # (squared Euclidean cost; pairs as SIMD lanes, see sdtw.cpu_pairs)
         if plan.dist != "sqeuclidean" or plan.recurrence.name not in ("dtw", "softdtw"):
             return None
-        from sdtw.cpu_pairs import pair_table_soft_values, pair_table_values
+        from sdtw.cpu_pairs import pair_table_values
 
         N, M = X.shape[1], Y.shape[1]
         I, J = i.cpu().numpy(), j.cpu().numpy()
@@ -120,10 +120,8 @@ class CPUBackend(Backend):
         ms = np.full(J.shape, M) if y_lengths is None else y_lengths.cpu().numpy()[J]
         los, his = pair_offsets(ns, ms, plan.bandwidth)
         a, b = (t.detach().to("cpu", torch.float64).contiguous().numpy() for t in (X, Y))
-        if plan.recurrence.name == "dtw":
-            values = pair_table_values(a, b, I, J, ns, ms, los, his)
-        else:
-            values = pair_table_soft_values(a, b, I, J, ns, ms, los, his, plan.gamma)
+        gamma = plan.gamma if plan.recurrence.name == "softdtw" else 0.0
+        values = pair_table_values(a, b, I, J, ns, ms, los, his, gamma)
         return torch.from_numpy(values).to(X.device, X.dtype)
 
     def _checkpoint_tables(self, plan, x, y, pairs: Pairs) -> tuple:
