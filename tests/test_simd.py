@@ -161,7 +161,8 @@ def test_table_kernel_matches_the_reference(rng, B1, B2, N, M, D, gamma, bandwid
 
 def test_cdist_takes_the_lane_kernel(rng):
     """``sdtw.cdist`` without gradients, soft-DTW on the CPU: the lane kernel's values, equal
-    to the reference backend's (lengths, a band), float32 out for float32 in."""
+    to the reference backend's (lengths, a band), float32 out for float32 in; with gradients,
+    the reference's values and gradients (an upstream gradient other than ones)."""
     X, Y = randn(rng, 37, 10, 2), randn(rng, 3, 7, 2)
     xl, yl = rng.integers(1, 11, 37).tolist(), [7, 1, 4]
     kw = dict(gamma=0.3, bandwidth=3, x_lengths=xl, y_lengths=yl)
@@ -175,6 +176,15 @@ def test_cdist_takes_the_lane_kernel(rng):
     assert torch.equal(got.view(-1), torch.from_numpy(lanes))
     f32 = sdtw.cdist(X.float(), Y.float(), backend="cpu", **kw)
     assert f32.dtype == torch.float32 and rel_err(f32, got) < 1e-6
+    # with gradients: the pairs' rows gathered, the full mode's lanes (111 pairs)
+    W = torch.as_tensor(rng.uniform(0.5, 2.0, (37, 3)))
+    grads = []
+    for backend in ("cpu", "reference"):
+        Xr, Yr = X.clone().requires_grad_(), Y.clone().requires_grad_()
+        D = sdtw.cdist(Xr, Yr, backend=backend, **kw)
+        grads.append((D, *torch.autograd.grad((D * W).sum(), (Xr, Yr))))
+    for a, b in zip(*grads, strict=True):
+        assert rel_err(a, b) < 1e-12
 
 
 @pytest.mark.parametrize(
