@@ -1,16 +1,18 @@
 """The ``pairwise`` sweep: all-pairs matrices on the CPU, sdtw's :func:`sdtw.cdist` against
 tslearn's ``cdist_soft_dtw`` and aeon's ``soft_dtw_pairwise_distance`` /
 ``dtw_pairwise_distance``, on GunPoint test x train (aeon's bundled copy: 150 x 50 series of
-length 150, univariate), soft-DTW forward at gamma = 1 and exact DTW.
+length 150, univariate; ``--dataset OSULeaf``: 242 x 200, length 427), soft-DTW forward at
+gamma = 1 and exact DTW.
 
-``python -m experiments.pairwise [--quick] [--repeats R] [--out DIR]`` writes one long-format
-CSV, ``<out>/pairwise.csv`` (default: the git-ignored results folder of this machine), one
-row per (implementation, measure, metric): ``time_s`` (median, p20, p80 of R timed calls
-after a warm-up one), its ``cells_per_s`` (B1 B2 N M / time), and ``max_rel_diff`` against
-sdtw's matrix (tslearn and aeon use the squared Euclidean cost too; aeon 1.6's soft-DTW is
-the absolute value of the others', and 0 for identical series: compared with ``|sdtw|``),
-with the harness's provenance columns.  The peers run single-threaded
-or with their own threading as installed; sdtw with Numba's threads (all cores).
+``python -m experiments.pairwise [--quick] [--repeats R] [--dataset NAME] [--out DIR]`` writes
+one long-format CSV, ``<out>/pairwise.csv`` (default: the git-ignored results folder of this
+machine), one row per (dataset, implementation, measure, metric): ``time_s`` (median, p20, p80
+of R timed calls after a warm-up call on two series each, which compiles), its
+``cells_per_s`` (B1 B2 N M / time), and ``max_rel_diff`` against sdtw's matrix (tslearn and
+aeon use the squared Euclidean cost too; aeon 1.6's soft-DTW is the absolute value of the
+others', and 0 for identical series: compared with ``|sdtw|``), with the harness's provenance
+columns.  The peers run single-threaded or with their own threading as installed; sdtw with
+Numba's threads (all cores).
 """
 
 from __future__ import annotations
@@ -71,31 +73,37 @@ IMPLS = {
 }
 
 
-def data(quick: bool) -> tuple[np.ndarray, np.ndarray, str]:
-    """GunPoint test and train as float64 (B, N, 1); ``quick``: the first 10 x 5."""
-    from aeon.datasets import load_gunpoint
+#: The datasets (aeon's bundled copies, equal lengths, univariate): test x train.
+DATASETS = ("GunPoint", "OSULeaf")
 
-    test = load_gunpoint(split="test")[0].transpose(0, 2, 1).astype(np.float64)
-    train = load_gunpoint(split="train")[0].transpose(0, 2, 1).astype(np.float64)
+
+def data(quick: bool, dataset: str = "GunPoint") -> tuple[np.ndarray, np.ndarray, str]:
+    """``dataset``'s test and train as float64 (B, N, 1); ``quick``: the first 10 x 5."""
+    from aeon.datasets import load_classification
+
+    if dataset not in DATASETS:
+        raise ValueError(f"dataset must be one of {DATASETS}, got {dataset!r}")
+    test = load_classification(dataset, split="test")[0].transpose(0, 2, 1).astype(np.float64)
+    train = load_classification(dataset, split="train")[0].transpose(0, 2, 1).astype(np.float64)
     if quick:
-        return np.ascontiguousarray(test[:10]), np.ascontiguousarray(train[:5]), "GunPoint-quick"
-    return np.ascontiguousarray(test), np.ascontiguousarray(train), "GunPoint"
+        return np.ascontiguousarray(test[:10]), np.ascontiguousarray(train[:5]), f"{dataset}-quick"
+    return np.ascontiguousarray(test), np.ascontiguousarray(train), dataset
 
 
-def run(quick: bool = False, repeats: int = 3) -> list[dict]:
+def run(quick: bool = False, repeats: int = 3, dataset: str = "GunPoint") -> list[dict]:
     """Every implementation's rows (see the module docstring)."""
-    test, train, name = data(quick)
+    test, train, name = data(quick, dataset)
     (B1, N, D), (B2, M) = test.shape, train.shape[:2]
     cells = B1 * B2 * N * M
     base = {"dataset": name, "B1": B1, "B2": B2, "N": N, "M": M, "D": D, **provenance()}
     rows, ours = [], {}
     for (impl, measure), (gamma, f) in IMPLS.items():
         try:
-            out = np.asarray(f(test, train))  # (warm-up: compilation)
+            f(test[:2], train[:2])  # (warm-up: compilation, on two series each)
             times = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                f(test, train)
+                out = np.asarray(f(test, train))
                 times.append(time.perf_counter() - t0)
         except Exception as exc:  # (a peer's failure is a row, not the end of the sweep)
             note = repr(exc)[:200]
@@ -131,8 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="10 x 5 series (a smoke test)")
     p.add_argument("--repeats", type=int, default=3, help="timed calls per implementation")
     p.add_argument("--out", type=Path, default=None, help="folder of pairwise.csv")
+    p.add_argument(
+        "--dataset",
+        action="append",
+        choices=DATASETS,
+        help="test x train of this dataset, repeatable (default: GunPoint)",
+    )
     args = p.parse_args(argv)
-    rows = run(args.quick, args.repeats)
+    rows = [r for d in args.dataset or ["GunPoint"] for r in run(args.quick, args.repeats, d)]
     path = (args.out or default_out_dir()) / "pairwise.csv"
     _write(rows, path)
     for r in rows:
