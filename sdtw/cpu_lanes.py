@@ -220,17 +220,21 @@ def _backward_kernel(X, Y, gamma, ns, ms, los, his, R, gout, GX, GY):
         pack(X, I, n, p0, k, xs)
         pack(Y, I, m, p0, k, ys)
         gxs, gys = np.zeros((N, D, L)), np.zeros((M, D, L))
-        E0, E1 = np.zeros((M + 1, L)), np.zeros((M + 1, L))
+        # E's two rows by index, not by swapping names: Numba's parfor passes took over ten
+        # minutes to compile the swap inside the prange loop
+        E = np.zeros((2, M + 1, L))
+        cur = 0
         Rq = R[q]
         for i in range(N - 1, -1, -1):
+            E1 = E[cur]
             for g in range(L):
                 if i == n[g] - 1:
                     E1[m[g], g] = gout[p0 + min(g, k - 1)]
             j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
-            push_row(Rq[i], Rq[i + 1], E0, E1, j0, j1, ig)
+            push_row(Rq[i], Rq[i + 1], E[1 - cur], E1, j0, j1, ig)
             grad_row(xs, ys, i, j0, j1, E1, gxs, gys)
-            E0, E1 = E1, E0
-            E0[:, :] = 0.0
+            cur = 1 - cur
+            E[1 - cur, :, :] = 0.0
         for g in range(k):
             GX[p0 + g, : n[g], :] = gxs[: n[g], :, g]
             GY[p0 + g, : m[g], :] = gys[: m[g], :, g]
