@@ -43,6 +43,7 @@ def cpu_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "cpu.csv"
 
 
+@pytest.mark.slow  # (the quick cpu sweep with its peers: 20-30 s on 2 cores)
 def test_cpu_sweep_writes_well_formed_csv(cpu_csv: Path) -> None:
     with cpu_csv.open(newline="") as f:
         assert next(csv.reader(f)) == rcsv.COLUMNS
@@ -69,6 +70,7 @@ def test_cpu_sweep_writes_well_formed_csv(cpu_csv: Path) -> None:
             assert r["rel_err_grad_x"] == r["rel_err_grad_y"] == ""
 
 
+@pytest.mark.slow  # (the quick cpu sweep with its peers: 20-30 s on 2 cores)
 def test_cpu_sweep_records_provenance(cpu_csv: Path) -> None:
     rows = _rows(cpu_csv)
     for r in rows:
@@ -79,6 +81,7 @@ def test_cpu_sweep_records_provenance(cpu_csv: Path) -> None:
         assert dt.datetime.fromisoformat(r["date_utc"]).tzinfo is not None
 
 
+@pytest.mark.slow  # (the quick cpu sweep with its peers: 20-30 s on 2 cores)
 def test_summary_names_every_impl(cpu_csv: Path) -> None:
     text = summary.summarize(cpu_csv)
     assert "median ms" in text
@@ -650,6 +653,7 @@ def test_the_harness_uses_public_sdtw_names_only() -> None:
     assert not hits, "\n".join(hits)
 
 
+@pytest.mark.slow  # (the quick cpu sweep with its peers: 20-30 s on 2 cores)
 def test_merge_replaces_matching_rows_and_keeps_the_rest(tmp_path: Path) -> None:
     from experiments import merge
 
