@@ -32,7 +32,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-__all__ = ["LANE_FLAGS", "as_float64", "as_int64", "exp_neg", "log_pos", "softmin3"]
+__all__ = ["LANE_FLAGS", "as_float64", "as_int64", "exp_neg", "log_pos", "order3", "softmin3"]
 
 #: The ``njit`` flags of a kernel whose lanes call these functions (they are inlined into it,
 #: in its flags): no ZeroDivisionError branch around a division (``error_model="numpy"``; a
@@ -132,17 +132,23 @@ def log_pos(x: float) -> float:
 
 
 @njit(cache=True, nogil=True, inline="always", **LANE_FLAGS)
-def softmin3(a: float, b: float, c: float, gamma: float, inv_gamma: float) -> float:
-    """:func:`sdtw.cpu._softmin3` without a branch or a libm call: the same factoring around
-    the minimum (``m - gamma log(1 + exp((m - mid) / gamma) + exp((m - max) / gamma))``, the
-    same sum), with :func:`exp_neg` and :func:`log_pos`; ``+inf`` if all three are, NaN if one
-    is NaN or two are ``-inf``, ``-inf`` if one is (the reference's special values)."""
+def order3(a: float, b: float, c: float) -> tuple[float, float, float]:
+    """``(min, mid, max)`` of three values by selects, no branch."""
     lo = a if a < b else b
     hi = b if a < b else a
     m = lo if lo < c else c
     top = hi if hi > c else c
     mid_ = hi if hi < c else c
-    mid = mid_ if mid_ > lo else lo
+    return m, (mid_ if mid_ > lo else lo), top
+
+
+@njit(cache=True, nogil=True, inline="always", **LANE_FLAGS)
+def softmin3(a: float, b: float, c: float, gamma: float, inv_gamma: float) -> float:
+    """:func:`sdtw.cpu._softmin3` without a branch or a libm call: the same factoring around
+    the minimum (``m - gamma log(1 + exp((m - mid) / gamma) + exp((m - max) / gamma))``, the
+    same sum), with :func:`exp_neg` and :func:`log_pos`; ``+inf`` if all three are, NaN if one
+    is NaN or two are ``-inf``, ``-inf`` if one is (the reference's special values)."""
+    m, mid, top = order3(a, b, c)
     rest = exp_neg((m - mid) * inv_gamma) + exp_neg((m - top) * inv_gamma)
     r = m - gamma * log_pos(1.0 + rest)
     nan = (a != a) | (b != b) | (c != c)

@@ -36,7 +36,7 @@ import math
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from sdtw._simd import LANE_FLAGS, exp_neg, softmin3
+from sdtw._simd import LANE_FLAGS, exp_neg, order3, softmin3
 from sdtw.cpu import _run, _serial
 
 __all__ = [
@@ -131,12 +131,7 @@ def push_row(R0, R1, E0, E1, j0, j1, ig):
         for g in range(L):
             e = E1[j + 1, g]
             rd, ru, rl = R0[j, g], R0[j + 1, g], R1[j, g]
-            lo = rd if rd < ru else ru
-            hi = ru if rd < ru else rd
-            m = lo if lo < rl else rl
-            top = hi if hi > rl else rl
-            mid_ = hi if hi < rl else rl
-            mid = mid_ if mid_ > lo else lo
+            m, mid, top = order3(rd, ru, rl)
             # (each weight by value: the minimum's exactly 1, two exponentials per cell)
             w_mid = exp_neg((m - mid) * ig)
             w_top = exp_neg((m - top) * ig)
