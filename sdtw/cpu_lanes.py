@@ -170,19 +170,28 @@ def group_tables(ns, ms, los, his, p0, k, L):
     return n, m, lo, hi
 
 
+@_block
+def group(X, Y, ns, ms, los, his, p0, L):
+    """Group ``p0 ..``'s pair count ``k``, per-lane ``n, m, lo, hi`` (:func:`group_tables`)
+    and its inputs as lanes ``xs`` (N, D, L), ``ys`` (M, D, L) (:func:`pack`)."""
+    B, D = X.shape[0], X.shape[2]
+    I = np.arange(B)
+    k = min(L, B - p0)
+    n, m, lo, hi = group_tables(ns, ms, los, his, p0, k, L)
+    xs, ys = np.zeros((n.max(), D, L)), np.zeros((m.max(), D, L))
+    pack(X, I, n, p0, k, xs)
+    pack(Y, I, m, p0, k, ys)
+    return k, n, m, lo, hi, xs, ys
+
+
 def _forward_kernel(X, Y, gamma, ns, ms, los, his, R, out):
     """Group q's padded tables into ``R[q]`` (N + 1, M + 1, L), values into ``out``."""
-    B, D, L = X.shape[0], X.shape[2], R.shape[3]
-    I = np.arange(B)
+    L = R.shape[3]
     ig = 1.0 / gamma
     for q in prange(R.shape[0]):
         p0 = q * L
-        k = min(L, B - p0)
-        n, m, lo, hi = group_tables(ns, ms, los, his, p0, k, L)
+        k, n, m, lo, hi, xs, ys = group(X, Y, ns, ms, los, his, p0, L)
         N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
-        xs, ys = np.zeros((N, D, L)), np.zeros((M, D, L))
-        pack(X, I, n, p0, k, xs)
-        pack(Y, I, m, p0, k, ys)
         Rq = R[q]
         Rq[0, :, :] = math.inf
         Rq[0, 0, :] = 0.0
@@ -203,18 +212,13 @@ def _forward_kernel(X, Y, gamma, ns, ms, los, his, R, out):
 
 def _backward_kernel(X, Y, gamma, ns, ms, los, his, R, gout, GX, GY):
     """``GX``, ``GY`` (zeroed) += the gradients of ``gout[b] * value[b]`` wrt x, y."""
-    B, D, L = X.shape[0], X.shape[2], R.shape[3]
-    I = np.arange(B)
+    L = R.shape[3]
     ig = 1.0 / gamma
     for q in prange(R.shape[0]):
         p0 = q * L
-        k = min(L, B - p0)
-        n, m, lo, hi = group_tables(ns, ms, los, his, p0, k, L)
+        k, n, m, lo, hi, xs, ys = group(X, Y, ns, ms, los, his, p0, L)
         N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
-        xs, ys = np.zeros((N, D, L)), np.zeros((M, D, L))
-        pack(X, I, n, p0, k, xs)
-        pack(Y, I, m, p0, k, ys)
-        gxs, gys = np.zeros((N, D, L)), np.zeros((M, D, L))
+        gxs, gys = np.zeros_like(xs), np.zeros_like(ys)
         # E's two rows by index, not by swapping names: Numba's parfor passes took over ten
         # minutes to compile the swap inside the prange loop
         E = np.zeros((2, M + 1, L))
