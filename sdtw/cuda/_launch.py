@@ -79,6 +79,17 @@ def _stream(device: torch.device) -> tuple:
     return s
 
 
+def numba_view(t: torch.Tensor):
+    """``t`` as the kernels take it (a NumPy array under the simulator): the simpler kernels'
+    launchers (:mod:`sdtw.cuda.dtw`, :mod:`sdtw.cuda.msm`, :mod:`sdtw.cuda.allpairs`)."""
+    return _private._arr(t, SIMULATED)
+
+
+def numba_stream(device: torch.device):
+    """torch's current stream on ``device`` as a numba stream (0 under the simulator)."""
+    return _stream(device)[0]
+
+
 def storage_dtype(dtype: torch.dtype) -> torch.dtype:
     """Stored weights and E: float64 for float64 inputs, float32 otherwise."""
     return torch.float64 if dtype == torch.float64 else torch.float32

@@ -28,7 +28,9 @@ import torch
 from numba import cuda, float32, float64
 
 from sdtw.band import band_radius
-from sdtw.cuda.kernels.jit import SIMULATED, device, kernel
+from sdtw.cuda._launch import numba_stream as _stream
+from sdtw.cuda._launch import numba_view as _arr
+from sdtw.cuda.kernels.jit import device, kernel
 from sdtw.cuda.kernels.primitives import exp2, from_prev_lane, log2, narrow
 
 __all__ = ["MAX_ROWS", "table_values"]
@@ -146,10 +148,6 @@ def _rows(N: int) -> int:
     return rows
 
 
-def _arr(t: torch.Tensor):
-    return t.numpy() if SIMULATED else cuda.as_cuda_array(t)
-
-
 def table_values(
     X: torch.Tensor,
     Y: torch.Tensor,
@@ -184,9 +182,5 @@ def table_values(
     args = [X.detach().contiguous(), Y.detach().contiguous(), i.contiguous(), j.contiguous()]
     args += [xl.to(dev, torch.int64).contiguous(), yl.to(dev, torch.int64).contiguous()]
     radius = band_radius(N, M, bandwidth)
-    if SIMULATED:
-        fn[P, LANES](*[_arr(a) for a in args], radius, scale, back, _arr(out))
-        return out
-    stream = cuda.external_stream(torch.cuda.current_stream(dev).cuda_stream)
-    fn[P, LANES, stream](*[_arr(a) for a in args], radius, scale, back, _arr(out))
+    fn[P, LANES, _stream(dev)](*[_arr(a) for a in args], radius, scale, back, _arr(out))
     return out

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 
 from sdtw.cuda import import_numba_cuda, simulator_enabled
+from sdtw.cuda._launch import numba_stream as _stream
+from sdtw.cuda._launch import numba_view as _arr
 
 cuda = import_numba_cuda()
 
@@ -76,16 +78,6 @@ def _backtrack(R, ns, ms, grad_out, E):
             i -= 1
         else:
             j -= 1
-
-
-def _arr(t: torch.Tensor):
-    return t.numpy() if simulator_enabled() else cuda.as_cuda_array(t)
-
-
-def _stream(device: torch.device):
-    if simulator_enabled():
-        return 0
-    return cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
 
 
 def dtw_cuda(cost: torch.Tensor, tables: tuple, need: bool, grad_out=None) -> tuple:

@@ -62,6 +62,8 @@ import numpy as np
 import torch
 from numba import cuda, float64
 
+from sdtw.cuda._launch import numba_stream as _stream
+from sdtw.cuda._launch import numba_view as _arr
 from sdtw.cuda.kernels.jit import SIMULATED, device, kernel
 from sdtw.msm_reference import GATE_EPS
 
@@ -485,16 +487,6 @@ def _gradients(x, y, c, gamma, ns, ms, los, his, R, G, gx, gy):
 
 # ---------------------------------------------------------------------------------------------
 # Launcher.
-
-
-def _arr(t: torch.Tensor):
-    return t.numpy() if SIMULATED else cuda.as_cuda_array(t)
-
-
-def _stream(device: torch.device):
-    if SIMULATED:
-        return 0
-    return cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
 
 
 def _multiprocessors(device: torch.device) -> int:
