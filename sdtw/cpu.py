@@ -22,6 +22,8 @@ import numpy as np
 import torch
 from numba import get_num_threads, njit, prange
 
+from sdtw._jit import parallel_and_serial
+
 __all__ = ["CPUSoftDTW", "cpu_backward", "cpu_forward"]
 
 
@@ -196,16 +198,14 @@ def _backward_kernel(
                 _push(Eb, Rb, i, i, i, j, e, ig)
 
 
-# Each kernel is compiled twice: parallel over the batch, and serial for small problems.  On a
-# few cores, waking Numba's thread pool right after torch's OpenMP pool (which spins for a
-# while after each parallel region) oversubscribes the cores: we saw the same tiny step take
-# 0.07 s to 3.9 s.  Below SERIAL_MAX_CELLS (about a millisecond of work) one thread is both
-# faster and steady.
+# Each kernel is compiled twice (sdtw._jit): parallel over the batch, and serial for small
+# problems.  On a few cores, waking Numba's thread pool right after torch's OpenMP pool (which
+# spins for a while after each parallel region) oversubscribes the cores: we saw the same tiny
+# step take 0.07 s to 3.9 s.  Below SERIAL_MAX_CELLS (about a millisecond of work) one thread
+# is both faster and steady.
 SERIAL_MAX_CELLS = 1 << 15
-_forward_parallel = njit(parallel=True, cache=True, nogil=True)(_forward_kernel)
-_backward_parallel = njit(parallel=True, cache=True, nogil=True)(_backward_kernel)
-_forward_serial = njit(cache=True, nogil=True)(_forward_kernel)
-_backward_serial = njit(cache=True, nogil=True)(_backward_kernel)
+_forward_parallel, _forward_serial = parallel_and_serial(_forward_kernel)
+_backward_parallel, _backward_serial = parallel_and_serial(_backward_kernel)
 
 
 # Numba's ``workqueue`` threading layer (what it falls back to without OpenMP or TBB) aborts

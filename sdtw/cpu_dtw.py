@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from sdtw._jit import parallel_and_serial
 from sdtw.cpu import _run, _serial, _tables
 
 __all__ = ["CPUDTW", "dtw_cpu_backward", "dtw_cpu_forward", "dtw_cpu_values"]
@@ -89,12 +90,9 @@ def _backward_kernel(R, ns, ms, grad_out, E) -> None:
 
 # (each kernel serial and parallel over the batch, as in sdtw.cpu: small calls stay on one
 # thread)
-_forward_parallel = njit(parallel=True, cache=True, nogil=True)(_forward_kernel)
-_forward_serial = njit(cache=True, nogil=True)(_forward_kernel)
-_values_parallel = njit(parallel=True, cache=True, nogil=True)(_values_kernel)
-_values_serial = njit(cache=True, nogil=True)(_values_kernel)
-_backward_parallel = njit(parallel=True, cache=True, nogil=True)(_backward_kernel)
-_backward_serial = njit(cache=True, nogil=True)(_backward_kernel)
+_forward_parallel, _forward_serial = parallel_and_serial(_forward_kernel)
+_values_parallel, _values_serial = parallel_and_serial(_values_kernel)
+_backward_parallel, _backward_serial = parallel_and_serial(_backward_kernel)
 
 
 def dtw_cpu_values(cost: np.ndarray, lo, hi, lengths: tuple | None = None) -> np.ndarray:

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from sdtw._jit import parallel_and_serial
 from sdtw.cpu import _push, _run, _serial, _softmin3, cpu_forward
 from sdtw.cpu_lanes import lane_backward, lane_forward, use_lanes
 
@@ -203,14 +204,10 @@ def _full_backward_kernel(X, Y, kind, gamma, ns, ms, los, his, R, gout, GX, GY) 
             Es[0, :] = 0.0
 
 
-_forward_parallel = njit(parallel=True, cache=True, nogil=True)(_forward_kernel)
-_backward_parallel = njit(parallel=True, cache=True, nogil=True)(_backward_kernel)
-_forward_serial = njit(cache=True, nogil=True)(_forward_kernel)
-_backward_serial = njit(cache=True, nogil=True)(_backward_kernel)
-_cost_parallel = njit(parallel=True, cache=True, nogil=True)(_cost_kernel)
-_cost_serial = njit(cache=True, nogil=True)(_cost_kernel)
-_full_backward_parallel = njit(parallel=True, cache=True, nogil=True)(_full_backward_kernel)
-_full_backward_serial = njit(cache=True, nogil=True)(_full_backward_kernel)
+_forward_parallel, _forward_serial = parallel_and_serial(_forward_kernel)
+_backward_parallel, _backward_serial = parallel_and_serial(_backward_kernel)
+_cost_parallel, _cost_serial = parallel_and_serial(_cost_kernel)
+_full_backward_parallel, _full_backward_serial = parallel_and_serial(_full_backward_kernel)
 
 
 def segment_rows(N: int, M: int, budget: int | None = None) -> int:

@@ -30,12 +30,12 @@ rounds differently: values agree to a few ulps).
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from sdtw._jit import parallel_and_serial
 from sdtw._simd import LANE_FLAGS, exp_neg, order3, softmin3
 from sdtw.cpu import _run, _serial
 
@@ -239,11 +239,8 @@ def _backward_kernel(X, Y, gamma, ns, ms, los, his, R, gout, GX, GY):
             GY[p0 + g, : m[g], :] = gys[: m[g], :, g]
 
 
-_jit = functools.partial(njit, cache=True, nogil=True, **LANE_FLAGS)
-_forward_parallel = _jit(parallel=True)(_forward_kernel)
-_forward_serial = _jit()(_forward_kernel)
-_backward_parallel = _jit(parallel=True)(_backward_kernel)
-_backward_serial = _jit()(_backward_kernel)
+_forward_parallel, _forward_serial = parallel_and_serial(_forward_kernel, **LANE_FLAGS)
+_backward_parallel, _backward_serial = parallel_and_serial(_backward_kernel, **LANE_FLAGS)
 
 
 def use_lanes(B: int, dist: str) -> bool:

@@ -30,6 +30,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from sdtw._jit import parallel_and_serial
 from sdtw._simd import exp_neg, log_pos
 from sdtw.cpu import _PARALLEL, _group, _tables
 from sdtw.msm_reference import GATE_EPS
@@ -453,14 +454,8 @@ def _backward_kernel(x, y, c, gamma, ns, ms, los, his, R, grad_out, gx, gy):
             gy[b, j, d] += gyt[j]
 
 
-_forward_parallel = njit(parallel=True, cache=True, nogil=True, error_model="numpy")(
-    _forward_kernel
-)
-_forward_serial = njit(cache=True, nogil=True, error_model="numpy")(_forward_kernel)
-_backward_parallel = njit(parallel=True, cache=True, nogil=True, error_model="numpy")(
-    _backward_kernel
-)
-_backward_serial = njit(cache=True, nogil=True, error_model="numpy")(_backward_kernel)
+_forward_parallel, _forward_serial = parallel_and_serial(_forward_kernel, error_model="numpy")
+_backward_parallel, _backward_serial = parallel_and_serial(_backward_kernel, error_model="numpy")
 
 
 def _launch(parallel, serial, cells: int, *args) -> None:

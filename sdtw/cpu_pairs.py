@@ -22,8 +22,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from sdtw._jit import parallel_and_serial
 from sdtw._simd import LANE_FLAGS
 from sdtw.cpu import _run, _serial
 from sdtw.cpu_lanes import cost_row, group_tables, min_row, pack, soft_row, spans
@@ -70,8 +71,7 @@ def _kernel(X, Y, I, J, ns, ms, los, his, gamma, out) -> None:
         out[p0 : p0 + k] = res[:k]
 
 
-_parallel = njit(parallel=True, cache=True, nogil=True, **LANE_FLAGS)(_kernel)
-_serial_kernel = njit(cache=True, nogil=True, **LANE_FLAGS)(_kernel)
+_parallel, _serial_kernel = parallel_and_serial(_kernel, **LANE_FLAGS)
 
 
 def pair_table_values(X, Y, I, J, ns, ms, los, his, gamma: float = 0.0) -> np.ndarray:

@@ -1,0 +1,96 @@
+"""The CPU kernels' parallel and serial twins stay apart in Numba's on-disk cache."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from numba.core.caching import NullCache
+from numba.core.registry import CPUDispatcher
+
+REPO = Path(__file__).resolve().parents[1]
+MODULES = ["sdtw.cpu", "sdtw.cpu_dtw", "sdtw.cpu_fused", "sdtw.cpu_lanes", "sdtw.cpu_msm"]
+MODULES += ["sdtw.cpu_pairs", "sdtw._simd"]
+
+
+def _dispatchers():
+    for name in MODULES:
+        for attr, obj in vars(importlib.import_module(name)).items():
+            if isinstance(obj, CPUDispatcher):
+                yield name, attr, obj
+
+
+def test_every_cached_dispatcher_has_its_own_cache_entry():
+    """Numba files a cache entry under (module, qualified name, first line), not the flags:
+    two cached dispatchers with the same three would answer with each other's code."""
+    seen, ids = {}, set()
+    for name, attr, d in _dispatchers():
+        if isinstance(d._cache, NullCache) or id(d) in ids:  # (imported into several modules)
+            continue
+        ids.add(id(d))
+        f = d.py_func
+        key = (f.__module__, f.__qualname__, f.__code__.co_firstlineno)
+        assert key not in seen, f"{name}.{attr} shares a cache entry with {seen[key]}"
+        seen[key] = f"{name}.{attr}"
+    assert len(seen) > 20
+
+
+def test_parallel_and_serial_twins_have_the_flags_their_names_say():
+    pairs = 0
+    for name, attr, d in _dispatchers():
+        if attr.endswith("_parallel") or attr == "_parallel":
+            assert d.targetoptions.get("parallel"), f"{name}.{attr}"
+            pairs += 1
+        elif "_serial" in attr:
+            assert not d.targetoptions.get("parallel"), f"{name}.{attr}"
+    assert pairs >= 12
+
+
+_KERNEL = """
+import numpy as np
+from numba import prange
+from sdtw._jit import parallel_and_serial
+
+def add_one(a):
+    for i in prange(a.shape[0]):
+        a[i] += 1.0
+
+par, ser = parallel_and_serial(add_one)
+"""
+
+_CALL = """
+import sys, numpy as np, kern
+from numba.np.ufunc import parallel
+a = np.zeros(64)
+getattr(kern, sys.argv[1])(a)
+assert (a == 1.0).all()
+print(int(parallel._is_initialized))
+"""
+
+
+def test_a_cached_parallel_compile_is_not_loaded_as_the_serial_kernel(tmp_path):
+    """In a fresh cache: compile the parallel twin, then, in new processes, the serial twin runs
+    serial code (Numba's thread pool never starts) and the parallel one parallel code."""
+    (tmp_path / "kern.py").write_text(textwrap.dedent(_KERNEL))
+    (tmp_path / "call.py").write_text(textwrap.dedent(_CALL))
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
+
+    def threads_started(which):
+        res = subprocess.run(
+            [sys.executable, str(tmp_path / "call.py"), which],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert res.returncode == 0, res.stderr[-2000:]
+        return res.stdout.strip()
+
+    assert threads_started("par") == "1"
+    assert threads_started("ser") == "0"
+    assert threads_started("par") == "1"
