@@ -156,19 +156,30 @@ class CPUBackend(Backend):
         return out, gx, gy
 
     def sequence_value_and_grads(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
-        """Soft-MSM's Numba kernels (:mod:`sdtw.cpu_msm`), float64 inside."""
+        """Soft-MSM's Numba kernels, float64 inside: the (pair, channel) tasks as SIMD lanes
+        (:mod:`sdtw.cpu_msm_lanes`) where there are enough of them, else a task per thread
+        (:mod:`sdtw.cpu_msm`)."""
         from sdtw.cpu_msm import msm_cpu_backward, msm_cpu_forward
+        from sdtw.cpu_msm_lanes import msm_lane_backward, msm_lane_forward, use_msm_lanes
 
         lo, hi, tables = _band(plan, x.shape[1], y.shape[1], pairs)
         c = plan.recurrence.param("c")
         a = x.detach().to("cpu", torch.float64).contiguous().numpy()
         b = y.detach().to("cpu", torch.float64).contiguous().numpy()
-        values, R = msm_cpu_forward(a, b, c, plan.gamma, lo, hi, tables)
+        B, N, D = a.shape
+        ones = np.ones(B)
+        if use_msm_lanes(B * D):
+            per_pair = _tables(B, N, b.shape[1], lo, hi, tables)
+            values, R = msm_lane_forward(a, b, c, plan.gamma, per_pair)
+            values = values.reshape(B, D).sum(axis=1)
+            backward = lambda: msm_lane_backward(a, b, c, plan.gamma, per_pair, R, ones)  # noqa: E731
+        else:
+            values, R = msm_cpu_forward(a, b, c, plan.gamma, lo, hi, tables)
+            backward = lambda: msm_cpu_backward(a, b, R, c, plan.gamma, lo, hi, ones, tables)  # noqa: E731
         out = torch.from_numpy(values).to(x.device, x.dtype)
         if not (need_x or need_y):
             return out, None, None
-        ones = np.ones(a.shape[0])
-        gx, gy = msm_cpu_backward(a, b, R, c, plan.gamma, lo, hi, ones, tables)
+        gx, gy = backward()
         gx = torch.from_numpy(gx).to(x.device, x.dtype) if need_x else None
         gy = torch.from_numpy(gy).to(y.device, y.dtype) if need_y else None
         return out, gx, gy

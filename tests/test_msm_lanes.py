@@ -1,0 +1,97 @@
+"""Soft-MSM's CPU kernels with the (pair, channel) tasks as SIMD lanes (sdtw.cpu_msm_lanes),
+through sdtw.soft_msm on the CPU backend, against the float64 reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import sdtw
+from sdtw.cpu import _tables
+from sdtw.cpu_msm import msm_cpu_backward, msm_cpu_forward
+from sdtw.cpu_msm_lanes import MSM_LANES, msm_lane_backward, msm_lane_forward, use_msm_lanes
+
+
+def _data(B, N, M, D, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, N, D, generator=g, dtype=torch.float64)
+    y = torch.randn(B, M, D, generator=g, dtype=torch.float64)
+    return x, y
+
+
+def _value_and_grads(backend, x, y, upstream, **kw):
+    x, y = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+    v = sdtw.soft_msm(x, y, backend=backend, **kw)
+    return (v.detach(), *torch.autograd.grad(v, (x, y), upstream))
+
+
+def test_the_lanes_serve_batches_of_sixteen_tasks_and_more():
+    assert use_msm_lanes(MSM_LANES) and use_msm_lanes(5 * MSM_LANES)
+    assert not use_msm_lanes(3) and not use_msm_lanes(MSM_LANES + 1)  # (mostly idle lanes)
+
+
+# B D tasks: two groups, one with an idle lane; channels split across groups
+@pytest.mark.parametrize(
+    ("B", "N", "M", "D", "bandwidth", "gamma"),
+    [
+        (31, 9, 13, 1, None, 1.0),
+        (16, 1, 6, 1, None, 0.5),  # (length 1: a first row only)
+        (8, 11, 1, 2, None, 0.3),
+        (10, 10, 7, 3, 2, 0.1),
+        (16, 12, 12, 1, 3, 1e-3),
+        (16, 8, 9, 1, None, 30.0),
+    ],
+)
+@pytest.mark.parametrize("normalize", [False, True])
+def test_lanes_against_the_reference(B, N, M, D, bandwidth, gamma, normalize):
+    assert use_msm_lanes(B * D)
+    x, y = _data(B, N, M, D, seed=B + N + M)
+    x = 2.0 * x  # (larger steps: the small-gamma transitions' exp(-a / gamma) underflow)
+    upstream = torch.linspace(-1.0, 2.0, B, dtype=torch.float64)
+    kw = dict(c=0.7, gamma=gamma, bandwidth=bandwidth, normalize=normalize)
+    got = _value_and_grads("cpu", x, y, upstream, **kw)
+    ref = _value_and_grads("reference", x, y, upstream, **kw)
+    # (atol from the largest: the divergence cancels, the task-per-thread kernels err as much)
+    for a, b in zip(got, ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12 * (1.0 + b.abs().max()))
+
+
+def test_lanes_with_each_pairs_lengths():
+    """Per-pair lengths (NaN past them, never read): each pair as its own call."""
+    B, N, M, D = 20, 9, 8, 1
+    x, y = _data(B, N, M, D, seed=3)
+    g = np.random.default_rng(3)
+    xl, yl = g.integers(1, N + 1, B).tolist(), g.integers(1, M + 1, B).tolist()
+    for b in range(B):
+        x[b, xl[b] :] = math.nan
+        y[b, yl[b] :] = math.nan
+    upstream = torch.linspace(0.5, 1.5, B, dtype=torch.float64)
+    kw = dict(gamma=0.2, bandwidth=3, x_lengths=xl, y_lengths=yl)
+    v, gx, gy = _value_and_grads("cpu", x, y, upstream, **kw)
+    for b in range(B):
+        xb, yb = x[b : b + 1, : xl[b]], y[b : b + 1, : yl[b]]
+        one, ex, ey = _value_and_grads("reference", xb, yb, upstream[b : b + 1], gamma=0.2,
+                                       bandwidth=3)  # fmt: skip
+        torch.testing.assert_close(v[b : b + 1], one, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(gx[b, : xl[b]], ex[0], rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(gy[b, : yl[b]], ey[0], rtol=1e-10, atol=1e-12)
+        assert (gx[b, xl[b] :] == 0).all() and (gy[b, yl[b] :] == 0).all()
+
+
+def test_parallel_lanes_equal_the_task_per_thread_kernels():
+    """Past the serial size (parallel kernels, several groups) the lanes agree with the
+    kernels that take a task per thread, an upstream gradient other than ones."""
+    B, N, M, D = 34, 70, 61, 1
+    x, y = (t.numpy() for t in _data(B, N, M, D, seed=11))
+    go = np.linspace(-1.0, 1.0, B)
+    tables = _tables(B, N, M, 20, 25, None)
+    values, R = msm_lane_forward(x, y, 1.3, 0.05, tables)
+    gx, gy = msm_lane_backward(x, y, 1.3, 0.05, tables, R, go)
+    v0, R0 = msm_cpu_forward(x, y, 1.3, 0.05, 20, 25)
+    gx0, gy0 = msm_cpu_backward(x, y, R0, 1.3, 0.05, 20, 25, go)
+    np.testing.assert_allclose(values, v0, rtol=1e-13)
+    np.testing.assert_allclose(gx, gx0, rtol=1e-9, atol=1e-12 * np.abs(gx0).max())
+    np.testing.assert_allclose(gy, gy0, rtol=1e-9, atol=1e-12 * np.abs(gy0).max())
