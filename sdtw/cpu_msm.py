@@ -14,13 +14,8 @@ in loops that LLVM vectorises (AVX-512: 8 cells at once; branch-free ``exp`` / `
 :mod:`sdtw._simd`, the rare cells they do not cover redone in scalar code); what is left is
 the row's chain, one soft minimum of two per cell in the forward (libm's ``exp`` and
 ``log1p``, the chains of up to 4 tasks side by side so that the core overlaps them) and one
-multiply-add per cell in the backward.  Results agree with the previous scalar kernels to
-about 1e-15 relative (values; gradients 1e-15 to 4e-14 of their largest).
-
-Measured on the loaded 2-core AMD EPYC VM (B = 32, D = 1, gamma = 1; ``python -m
-experiments.msm_speed``): per cell on one thread, forward 55 -> 21-24 ns and backward 43-46
--> 21-28 ns against the scalar kernels; forward + backward through :func:`sdtw.soft_msm`
-2.0x (N = 128) to 2.4x (N = 512) faster.
+multiply-add per cell in the backward.  Batches of 16 tasks and more take the lanes of
+:mod:`sdtw.cpu_msm_lanes` instead (a task per SIMD lane).
 """
 
 from __future__ import annotations
