@@ -250,7 +250,7 @@ def msm_chain(E1, w_l, j0, j1):
 
 
 @_block
-def msm_pushes(E0, E1, W, j0, j1, gx, gy):
+def msm_pushes(E0, E1, W, j0, j1, gx, gy, occ):
     """The third pass: E (final) along the row's diagonal and up edges to ``E0`` and times the
     units to the gradients (``gx`` (8, L): this row's ``x_i`` in rows 0-3, ``x_{i-1}`` in
     4-7, summed by the caller; ``gy`` padded).  (Each loop writes an element once and the
@@ -268,12 +268,14 @@ def msm_pushes(E0, E1, W, j0, j1, gx, gy):
     for j in range(j0, j1):
         for g in range(L):
             e = E1[j + 1, g]
-            E0[j, g] += e * w_d[j, g]
+            d = e * w_d[j, g]
+            occ[j, g] = d
+            E0[j, g] += d
             gy[j, g] += e * to_yp[j, g]
 
 
 @_block
-def msm_push_row(xs, dx, ys, dy, i, R0, R1, E0, E1, j0, j1, c, gamma, ig, gx, gy):
+def msm_push_row(xs, dx, ys, dy, i, R0, R1, E0, E1, j0, j1, c, gamma, ig, gx, gy, occ):
     """Row ``i`` of the backward, columns ``j1 - 1`` down to ``j0``: ``R0``, ``R1`` the padded
     R rows ``i``, ``i + 1``; ``E1`` (final on entry at each cell) and ``E0`` the padded E rows
     of cells ``i`` and ``i - 1``.  ``gx`` (2, L): this row's shares of ``x_i`` and ``x_{i-1}``;
@@ -295,6 +297,7 @@ def msm_push_row(xs, dx, ys, dy, i, R0, R1, E0, E1, j0, j1, c, gamma, ig, gx, gy
             live = (e != 0.0) & (R1[j + 1, g] != _INF)
             scale = e / (wd + wu + wl) if live else 0.0
             pd, pu, pl = scale * wd, scale * wu, scale * wl
+            occ[j, g] = pd
             E0[j, g] += pd
             E0[j + 1, g] += pu
             E1[j, g] += pl
@@ -340,8 +343,9 @@ def _forward_kernel(X, Y, c, gamma, ns, ms, los, his, R, out):
             out[t0 + g] = Rq[n[g], m[g], g]
 
 
-def _backward_kernel(X, Y, c, gamma, ns, ms, los, his, R, gout, GX, GY):
-    """``GX``, ``GY`` (zeroed) += the gradients of ``gout[b] * value[b]`` wrt x, y."""
+def _backward_kernel(X, Y, c, gamma, ns, ms, los, his, R, gout, GX, GY, A):
+    """``GX``, ``GY`` (zeroed) += the gradients of ``gout[b] * value[b]`` wrt x, y; if ``A``
+    (tasks, N, M, zeroed) is not empty, each task's match occupancies into it."""
     L = R.shape[3]
     B, D = X.shape[0], X.shape[2]
     T = B * D
@@ -362,6 +366,7 @@ def _backward_kernel(X, Y, c, gamma, ns, ms, los, his, R, gout, GX, GY):
         # for minutes)
         E = np.zeros((2, M + 1, L))
         W = np.empty((7, M, L))
+        occ = np.zeros((M, L))
         cur = 0
         Rq = R[q]
         for i in range(N - 1, -1, -1):
@@ -375,10 +380,14 @@ def _backward_kernel(X, Y, c, gamma, ns, ms, los, his, R, gout, GX, GY):
                 msm_row_units(xs, dx, ex, ys, dy, ey, i, Rq[i], Rq[i + 1], j0, j1, c, gamma, ig,
                               W)  # fmt: skip
                 msm_chain(E1, W[2], j0, j1)
-                msm_pushes(E[1 - cur], E1, W, j0, j1, gx, gys)
+                msm_pushes(E[1 - cur], E1, W, j0, j1, gx, gys, occ)
             else:
                 msm_push_row(xs, dx, ys, dy, i, Rq[i], Rq[i + 1], E[1 - cur], E1, j0, j1, c,
-                             gamma, ig, gx, gys)  # fmt: skip
+                             gamma, ig, gx, gys, occ)  # fmt: skip
+            if A.shape[0] > 0:
+                for g in range(k):
+                    for j in range(j0, min(j1, m[g])):
+                        A[t0 + g, i, j] = occ[j, g]
             if shared:
                 gx[0] += gx[2] + (gx[1] + gx[3])
                 gx[1] = gx[4] + gx[6] + (gx[5] + gx[7])
@@ -408,11 +417,13 @@ def _serial(groups: int, tasks: int, N: int, M: int) -> bool:
     return groups == 1 or tasks * N * M <= SERIAL_MAX_CELLS
 
 
-def msm_lane_forward(x: np.ndarray, y: np.ndarray, c: float, gamma: float, tables: tuple):
+def msm_lane_forward(
+    x: np.ndarray, y: np.ndarray, c: float, gamma: float, tables: tuple, lanes: int = MSM_LANES
+):
     """Task values (B D,) of x (B, N, D), y (B, M, D) (float64, C-contiguous) over each pair's
     ``tables`` = (n, m, lo, hi) (int64 (B,) each), and the padded tables R
-    (groups, N + 1, M + 1, L) for :func:`msm_lane_backward`."""
-    N, M, T, L = x.shape[1], y.shape[1], x.shape[0] * x.shape[2], MSM_LANES
+    (groups, N + 1, M + 1, lanes) for :func:`msm_lane_backward`."""
+    N, M, T, L = x.shape[1], y.shape[1], x.shape[0] * x.shape[2], lanes
     R = np.empty((-(-T // L), N + 1, M + 1, L))
     out = np.empty(T)
     serial = _serial(R.shape[0], T, N, M)
@@ -421,13 +432,15 @@ def msm_lane_forward(x: np.ndarray, y: np.ndarray, c: float, gamma: float, table
     return out, R
 
 
-def msm_lane_backward(x, y, c: float, gamma: float, tables: tuple, R, grad_out):
+def msm_lane_backward(x, y, c: float, gamma: float, tables: tuple, R, grad_out, match=False):
     """The gradients (B, N, D), (B, M, D) of ``sum_b grad_out[b] values[b]`` wrt x and y from
-    :func:`msm_lane_forward`'s R (float64)."""
+    :func:`msm_lane_forward`'s R (float64); with ``match``, also each task's match edges'
+    occupancies (B, D, N, M) (the gradient wrt the match costs ``(x_i - y_j)^2``)."""
     B, N, D = x.shape
     M = y.shape[1]
     gx, gy = np.zeros_like(x), np.zeros_like(y)
+    A = np.zeros((B * D, N, M) if match else (0, 0, 0))
     serial = _serial(R.shape[0], B * D, N, M)
     kernel = _backward_serial if serial else _backward_parallel
-    _run(kernel, serial, x, y, float(c), float(gamma), *tables, R, grad_out, gx, gy)
-    return gx, gy
+    _run(kernel, serial, x, y, float(c), float(gamma), *tables, R, grad_out, gx, gy, A)
+    return (gx, gy, A.reshape(B, D, N, M)) if match else (gx, gy)

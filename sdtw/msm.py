@@ -13,7 +13,9 @@ Backend table
 backend       Soft-MSM
 ============  ==================================================================
 reference     float64 NumPy oracle (:mod:`sdtw.msm_reference`; slow)
-cpu           Numba CPU kernels (:mod:`sdtw.cpu_msm`), float64 inside
+cpu           Numba CPU kernels, float64 inside: (pair, channel) tasks as SIMD
+              lanes from 16 tasks (:mod:`sdtw.cpu_msm_lanes`), else a task per
+              thread (:mod:`sdtw.cpu_msm`)
 cuda          simple Numba CUDA kernels (:mod:`sdtw.cuda.msm`: one block per pair
               and channel, anti-diagonal wavefront, float64; tested in the simulator)
 ============  ==================================================================

@@ -43,6 +43,7 @@ from sdtw.band import sakoe_chiba_mask
 
 __all__ = [
     "GATE_EPS",
+    "soft_msm_alignment",
     "soft_msm_backward",
     "soft_msm_forward",
     "soft_msm_univariate_backward",
@@ -126,9 +127,17 @@ def soft_msm_univariate_forward(
 
 
 def soft_msm_univariate_backward(
-    x: np.ndarray, y: np.ndarray, R: np.ndarray, c: float, gamma: float, bandwidth=None
+    x: np.ndarray,
+    y: np.ndarray,
+    R: np.ndarray,
+    c: float,
+    gamma: float,
+    bandwidth=None,
+    match_out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Gradients ``(d value / dx (B, N), d value / dy (B, M))`` from the forward's ``R``."""
+    """Gradients ``(d value / dx (B, N), d value / dy (B, M))`` from the forward's ``R``; into
+    ``match_out`` (B, N, M, zeroed) if given, each match edge's occupancy (the gradient of the
+    value wrt the match cost ``(x_i - y_j)^2``: the first cell's is 1)."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     B, N = x.shape
     M = y.shape[1]
@@ -141,6 +150,8 @@ def soft_msm_univariate_backward(
             if not mask[i, j]:
                 continue
             if (i, j) == (0, 0):  # R[0, 0] = (x_0 - y_0)^2
+                if match_out is not None:
+                    match_out[:, 0, 0] = G[:, 0, 0]
                 grad = G[:, 0, 0] * 2 * (x[:, 0] - y[:, 0])
                 gx[:, 0] += grad
                 gy[:, 0] -= grad
@@ -153,6 +164,8 @@ def soft_msm_univariate_backward(
                     for a in (match, up, left)
                 ]
             if i and j:
+                if match_out is not None:
+                    match_out[:, i, j] = occupancy[0]
                 G[:, i - 1, j - 1] += occupancy[0]
                 grad = occupancy[0] * 2 * (x[:, i] - y[:, j])
                 gx[:, i] += grad
@@ -200,3 +213,19 @@ def soft_msm_backward(
             x[:, :, d], y[:, :, d], R, c, gamma, bandwidth
         )
     return gx, gy
+
+
+def soft_msm_alignment(
+    x: np.ndarray, y: np.ndarray, Rs: list, gamma: float, bandwidth=None, *, c: float = 1.0
+) -> np.ndarray:
+    """Soft-MSM's expected alignment (B, N, M) from :func:`soft_msm_forward`'s state: each
+    match edge's occupancy, the probability that the soft alignment matches ``x_i`` with
+    ``y_j`` (the gradient of the value wrt the match cost ``(x_i - y_j)^2``), the mean over
+    the channels (each aligns on its own)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    out = np.zeros((x.shape[0], x.shape[1], y.shape[1]))
+    for d, R in enumerate(Rs):
+        match = np.zeros_like(out)
+        soft_msm_univariate_backward(x[:, :, d], y[:, :, d], R, c, gamma, bandwidth, match)
+        out += match
+    return out / len(Rs)

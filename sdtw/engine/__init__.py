@@ -129,8 +129,12 @@ def cost_value_and_grad(plan: Plan, cost: torch.Tensor, pairs: Pairs, need: bool
 
 def alignment_matrix(plan: Plan, x: torch.Tensor, y: torch.Tensor, pairs: Pairs) -> torch.Tensor:
     """E (B, N, M) of validated, detached x (B, N, D), y (B, M, D) in x's dtype: the cost (in
-    float64 on the float64 backends, as their values), then its gradient."""
+    float64 on the float64 backends, as their values), then its gradient; a recurrence over
+    the sequences: the backend's ``sequence_alignment`` (its match edges' occupancies)."""
     from sdtw.distances import cost as pairwise
+
+    if plan.recurrence.kind == "sequences":
+        return plan.backend.sequence_alignment(plan, x, y, pairs)
 
     if pairs.x_lengths is not None:
         from sdtw._validation import zero_padding

@@ -171,6 +171,13 @@ class Backend:
         ``caps.recurrences``."""
         raise NotImplementedError(f"backend {self.name!r} has no kernels for sequence recurrences")
 
+    def sequence_alignment(
+        self, plan: Plan, x: torch.Tensor, y: torch.Tensor, pairs: Pairs
+    ) -> torch.Tensor:
+        """The expected alignment (P, N, M) of a sequence recurrence in x's dtype: each match
+        edge's occupancy, the channels' mean (``Recurrence.oracle_alignment``'s)."""
+        raise NotImplementedError(f"backend {self.name!r} has no kernels for sequence recurrences")
+
 
 class _SequenceValues(torch.autograd.Function):
     """A sequence recurrence's values attached to autograd: the gradients are computed with

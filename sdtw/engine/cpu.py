@@ -183,3 +183,19 @@ class CPUBackend(Backend):
         gx = torch.from_numpy(gx).to(x.device, x.dtype) if need_x else None
         gy = torch.from_numpy(gy).to(y.device, y.dtype) if need_y else None
         return out, gx, gy
+
+    def sequence_alignment(self, plan, x, y, pairs: Pairs) -> torch.Tensor:
+        """Soft-MSM's match occupancies from the lanes' backward (:mod:`sdtw.cpu_msm_lanes`;
+        as many lanes as tasks, up to a group's)."""
+        from sdtw.cpu_msm_lanes import MSM_LANES, msm_lane_backward, msm_lane_forward
+
+        lo, hi, tables = _band(plan, x.shape[1], y.shape[1], pairs)
+        c = plan.recurrence.param("c")
+        a = x.detach().to("cpu", torch.float64).contiguous().numpy()
+        b = y.detach().to("cpu", torch.float64).contiguous().numpy()
+        B, N, D = a.shape
+        per_pair = _tables(B, N, b.shape[1], lo, hi, tables)
+        lanes = min(MSM_LANES, B * D)
+        _, R = msm_lane_forward(a, b, c, plan.gamma, per_pair, lanes)
+        A = msm_lane_backward(a, b, c, plan.gamma, per_pair, R, np.ones(B), match=True)[2]
+        return torch.from_numpy(A.mean(axis=1)).to(x.device, x.dtype)

@@ -205,3 +205,19 @@ class CUDABackend(Backend):
         gx = gx.to(x.dtype) if need_x else None
         gy = gy.to(y.dtype) if need_y else None
         return values.to(x.dtype), gx, gy
+
+    def sequence_alignment(self, plan, x, y, pairs: Pairs) -> torch.Tensor:
+        """Soft-MSM's alignment has no CUDA kernel: the CPU backend's (the same float64
+        kernels' answer), on x's device, with a warning."""
+        import warnings
+
+        from sdtw.engine.cpu import CPUBackend
+
+        warnings.warn(
+            "sdtw.alignment(measure='softmsm') has no CUDA kernels: the alignment is computed "
+            "by the CPU backend (inputs copied to the host) and returned on the GPU",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        # (the CPU backend reads the lengths' tables to the host itself)
+        return CPUBackend().sequence_alignment(plan, x.cpu(), y.cpu(), pairs).to(x.device)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
+from sdtw.msm_reference import soft_msm_alignment, soft_msm_backward, soft_msm_forward
 from sdtw.reference import reference_backward, reference_forward
 from sdtw.reference_dtw import dtw_backward, dtw_forward
 
@@ -41,7 +41,9 @@ class Recurrence:
     ``kind="sequences"`` (a measure whose costs sit on the DP's edges and read the neighbouring
     samples, as Soft-MSM's): ``oracle_forward(x, y, gamma, bandwidth, **params) -> (values,
     state)`` of x (B, N, D), y (B, M, D) and ``oracle_backward(x, y, state, gamma, bandwidth,
-    **params) -> (gx, gy)``; backends run it by ``Backend.sequence_value_and_grads``.  Both are
+    **params) -> (gx, gy)``; backends run it by ``Backend.sequence_value_and_grads``, and its
+    expected alignment (:func:`sdtw.alignment`) by ``Backend.sequence_alignment``, whose oracle
+    is ``oracle_alignment(x, y, state, gamma, bandwidth, **params) -> A`` (B, N, M).  All are
     the float64 reference, written for clarity (NumPy), that every backend's kernels are tested
     against.  ``params``: the measure's own settings as ``(name, value)`` pairs (part of the
     plan's cache key: a recurrence with other params is another recurrence)."""
@@ -52,6 +54,7 @@ class Recurrence:
     oracle_backward: Callable
     kind: str = "cost"
     params: tuple[tuple[str, float], ...] = ()
+    oracle_alignment: Callable | None = None
 
     def with_params(self, **params: float) -> Recurrence:
         """This recurrence with its settings (``SOFTMSM.with_params(c=0.5)``)."""
@@ -89,6 +92,7 @@ SOFTMSM = Recurrence(
     oracle_backward=soft_msm_backward,
     kind="sequences",
     params=(("c", 1.0),),
+    oracle_alignment=soft_msm_alignment,
 )
 
 #: The recurrences by name.

@@ -82,6 +82,25 @@ class ReferenceBackend(Backend):
         as_y = lambda t: torch.from_numpy(t).to(y.device, y.dtype)  # noqa: E731
         return as_x(values), as_x(gx) if need_x else None, as_y(gy) if need_y else None
 
+    def sequence_alignment(self, plan, x, y, pairs: Pairs) -> torch.Tensor:
+        """The recurrence's alignment oracle, one pair's slice at a time in a padded batch."""
+        rec, params = plan.recurrence, dict(plan.recurrence.params)
+        a = x.detach().to("cpu", torch.float64).numpy()
+        b = y.detach().to("cpu", torch.float64).numpy()
+        B, N, M = a.shape[0], a.shape[1], b.shape[1]
+        if pairs.x_lengths is None:
+            parts = [(slice(None), N, M)]
+        else:
+            ns, ms = pairs.x_lengths.tolist(), pairs.y_lengths.tolist()
+            parts = [(slice(p, p + 1), n, m) for p, (n, m) in enumerate(zip(ns, ms, strict=True))]
+        A = np.zeros((B, N, M))
+        for rows, n, m in parts:
+            xa, yb = a[rows, :n], b[rows, :m]
+            _, state = rec.oracle_forward(xa, yb, plan.gamma, plan.bandwidth, **params)
+            A[rows, :n, :m] = rec.oracle_alignment(xa, yb, state, plan.gamma, plan.bandwidth,
+                                                   **params)  # fmt: skip
+        return torch.from_numpy(A).to(x.device, x.dtype)
+
 
 class _OracleFunction(torch.autograd.Function):
     """A recurrence's oracle attached to autograd: values from ``cost_value_and_grad``, whose
