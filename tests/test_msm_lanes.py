@@ -81,6 +81,7 @@ def test_lanes_with_each_pairs_lengths():
         assert (gx[b, xl[b] :] == 0).all() and (gy[b, yl[b] :] == 0).all()
 
 
+@pytest.mark.slow  # (compiles both kernels' parallel twins: ~40 s in a fresh cache)
 def test_parallel_lanes_equal_the_task_per_thread_kernels():
     """Past the serial size (parallel kernels, several groups) the lanes agree with the
     kernels that take a task per thread, an upstream gradient other than ones."""
