@@ -254,6 +254,7 @@ def test_the_recurrence_is_on_the_seam():
     assert "softmsm" in capabilities_table()
 
 
+@pytest.mark.slow  # (the parallel kernels' first compile: ~30 s in a fresh cache)
 def test_cpu_parallel_kernels_match_one_pair_at_a_time():
     # (B D N M past sdtw.cpu_msm.SERIAL_MAX_CELLS: the parallel kernels; one pair: the serial)
     x, y = _data(4, 90, 100, 1, seed=8)
