@@ -130,6 +130,8 @@ def test_forward_only_exact_dtw_reads_the_rows_in_place(rng, bandwidth):
         (32, 9, 2, torch.float64, 0.0, 3),  # (exact DTW, a band, D > 1)
         (40, 7, 1, torch.float32, 0.0, None),  # (exact DTW in float32)
         (9, 40, 3, torch.float64, 1e-3, 2.5),  # (small gamma, N < M)
+        (70, 23, 1, torch.float32, 0.0, 5),  # (strips partly outside the band: both paths)
+        (70, 23, 1, torch.float64, 0.7, 5),
     ],
 )
 def test_forward_only_cuda_reads_the_rows_in_place(
@@ -154,3 +156,21 @@ def test_forward_only_cuda_reads_the_rows_in_place(
     got = sdtw.cdist(Xp.to(dtype), Y.to(dtype), x_lengths=xl, y_lengths=yl, **kw)
     assert got.dtype == dtype
     assert rel_err(got.double(), want) < (1e-12 if dtype == torch.float64 else 1e-6)
+
+
+@_SIM
+@pytest.mark.parametrize("gamma", [0.0, 0.5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_forward_only_cuda_nan_inside_a_pair_gives_nan(rng, dtype, gamma):
+    """A NaN on a pair's cells (inside its lengths) makes its value NaN in the CUDA table
+    kernels (exact DTW's hardware minimum skips a NaN: a flag and a warp vote keep it), and
+    only its pairs'; the others equal the loop of pair calls."""
+    X, Y = randn(rng, 3, 40, 1), randn(rng, 2, 11, 1)
+    X[1, 37, 0] = float("nan")  # (a row of the second lane's strip)
+    Y[0, 10, 0] = float("nan")  # (the last column)
+    got = sdtw.cdist(X.to(dtype), Y.to(dtype), gamma=gamma, backend="cuda").double()
+    want = loop(X, Y, gamma=gamma, backend="reference")
+    assert torch.isnan(got[1]).all() and torch.isnan(got[:, 0]).all()
+    assert torch.isnan(want[1]).all() and torch.isnan(want[:, 0]).all()
+    keep = torch.tensor([True, False, True])
+    assert rel_err(got[keep, 1], want[keep, 1]) < (1e-12 if dtype == torch.float64 else 1e-6)

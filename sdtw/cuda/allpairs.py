@@ -14,9 +14,12 @@ The squared Euclidean cost is computed per cell from the inputs.  Soft-DTW runs 
 scaled base-2 units of :mod:`sdtw.cuda.kernels.recurrence` (the inputs scaled by
 ``sqrt(log2(e) / gamma)``, so the costs arrive scaled), float64 values with float32
 hardware ``ex2``/``lg2`` of float64 differences for float32 inputs, float64 throughout for
-float64 inputs.  Exact DTW (gamma = 0) is a min-plus recurrence in the inputs' dtype.  Each
-pair's band follows its own lengths (:func:`sdtw.band.pair_offsets`); a NaN anywhere on a
-pair's reachable cells gives NaN.
+float64 inputs.  Exact DTW (gamma = 0) is a min-plus recurrence in the inputs' dtype, two
+hardware minimums and an add per cell; the hardware minimum skips a NaN, so each lane flags a
+NaN cost of its cells and a vote of the warp makes the value NaN.  Each pair's band follows
+its own lengths (:func:`sdtw.band.pair_offsets`); a NaN anywhere on a pair's reachable cells
+(every cell of its table and band) gives NaN.  A step whose strip lies inside the table and
+the band runs its cells with no test per cell.
 """
 
 from __future__ import annotations
@@ -31,7 +34,15 @@ from sdtw.band import band_radius
 from sdtw.cuda._launch import numba_stream as _stream
 from sdtw.cuda._launch import numba_view as _arr
 from sdtw.cuda.kernels.jit import device, kernel
-from sdtw.cuda.kernels.primitives import exp2, from_prev_lane, log2, narrow
+from sdtw.cuda.kernels.primitives import (
+    any_lane,
+    exp2,
+    fmin32,
+    fmin64,
+    from_prev_lane,
+    log2,
+    narrow,
+)
 
 __all__ = ["MAX_ROWS", "table_values"]
 
@@ -63,21 +74,24 @@ def _soft_cell_wide(diag, up, left, cost):
     return v if m != INF else INF
 
 
-@device
-def _min_cell(diag, up, left, cost):
-    """``cost + min(diag, up, left)``, NaN where one of them is NaN (as ``np.minimum``)."""
-    lo1, hi1 = (diag, up) if diag <= up else (up, diag)
-    m, o1 = (left, lo1) if left < lo1 else (lo1, left)
-    v = cost + m
-    return v if (o1 == o1 and hi1 == hi1) else o1 + hi1
-
-
 @functools.cache
 def _kernel(rows: int, exact: bool, wide: bool, d1: bool):
     """The kernel for ``rows`` rows per lane; ``exact``: DTW, else soft-DTW; ``wide``: float64
     inputs; ``d1``: one feature (the lane's inputs in registers)."""
     T = float64 if (wide or not exact) else float32  # the DP values' type
-    cell = _min_cell if exact else (_soft_cell_wide if wide else _soft_cell)
+    soft = _soft_cell_wide if wide else _soft_cell
+    fmin = fmin64 if T is float64 else fmin32
+
+    @device
+    def cost(X, Y, xi, yj, i, j, D, xk, yv, scale):
+        """Cell (i, j)'s squared Euclidean cost (``xk``, ``yv``: its inputs for D = 1)."""
+        if d1:
+            return (xk - yv) * (xk - yv)
+        c = T(0.0)
+        for d in range(D):
+            t = (T(X[xi, i, d]) - T(Y[yj, j, d])) * T(scale)
+            c += t * t
+        return c
 
     @kernel
     def table(X, Y, I, J, XL, YL, radius, scale, back, out):
@@ -102,6 +116,8 @@ def _kernel(rows: int, exact: bool, wide: bool, d1: bool):
             xs[k] = T(X[xi, min(i0 + k, n - 1), 0]) * T(scale) if d1 else T(0.0)
         bot = inf  # this lane's bottom row at the last column it computed
         up_prev = inf
+        last = inf  # the pair's last cell, in the lane that holds row n - 1
+        nan = False  # (exact DTW: a NaN cost on one of this lane's cells)
         # the next column's input, loaded a step ahead (off the step's dependency chain)
         y_next = T(Y[yj, 0, 0]) * T(scale) if (d1 and lane == 0) else T(0.0)
         for s in range(m + used - 1):
@@ -116,25 +132,43 @@ def _kernel(rows: int, exact: bool, wide: bool, d1: bool):
             if d1 and 0 <= j + 1 and j + 1 < m:
                 y_next = T(Y[yj, j + 1, 0]) * T(scale)
             if 0 <= j and j < m and i0 < n:
-                for k in range(rows):
-                    i = i0 + k
-                    left = R[k]
-                    if d1:
-                        c = (xs[k] - yv) * (xs[k] - yv)
-                    else:
-                        c = T(0.0)
-                        if i < n:
-                            for d in range(D):
-                                t = (T(X[xi, i, d]) - T(Y[yj, j, d])) * T(scale)
-                                c += t * t
-                    ok = i < n and -lo <= j - i and j - i <= hi
-                    v = cell(diag, up, left, c) if ok else inf
-                    diag = left
-                    up = v
-                    R[k] = v
-                    if i == n - 1 and j == m - 1:
-                        out[p] = v * back
+                # the whole strip inside the table and the band: no test per cell
+                if i0 + rows <= n and j - hi <= i0 and i0 + rows - 1 <= j + lo:
+                    for k in range(rows):
+                        left = R[k]
+                        c = cost(X, Y, xi, yj, i0 + k, j, D, xs[k], yv, scale)
+                        if exact:
+                            # (the hardware minimum skips a NaN: the flag keeps it)
+                            v = c + fmin(fmin(diag, up), left)
+                            nan |= c != c
+                        else:
+                            v = soft(diag, up, left, c)
+                        diag = left
+                        up = v
+                        R[k] = v
+                else:
+                    for k in range(rows):
+                        i = i0 + k
+                        left = R[k]
+                        ok = i < n and -lo <= j - i and j - i <= hi
+                        c = cost(X, Y, xi, yj, min(i, n - 1), j, D, xs[k], yv, scale)
+                        if exact:
+                            v = c + fmin(fmin(diag, up), left) if ok else inf
+                            nan |= ok and c != c
+                        else:
+                            v = soft(diag, up, left, c) if ok else inf
+                        diag = left
+                        up = v
+                        R[k] = v
                 bot = R[rows - 1]
+                if j == m - 1:
+                    for k in range(rows):
+                        if i0 + k == n - 1:
+                            last = R[k]
+        if exact and any_lane(nan):
+            last = T(math.nan)
+        if i0 <= n - 1 and n - 1 < i0 + rows:
+            out[p] = last * back
 
     return table
 

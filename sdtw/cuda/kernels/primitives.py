@@ -60,6 +60,16 @@ def _any_lane_gpu(pred):
 
 
 @device
+def _fmin32_gpu(a, b):
+    return libdevice.fminf(a, b)
+
+
+@device
+def _fmin64_gpu(a, b):
+    return libdevice.fmin(a, b)
+
+
+@device
 def _sync_band_gpu():
     # A block is one warp: a warp barrier orders shared memory among its lanes, and (unlike a
     # block barrier) need not wait for the warp's outstanding global atomics.
@@ -115,6 +125,7 @@ if SIMULATED:
     as_bits, from_bits = _twin.as_bits, _twin.from_bits
     ring, below, u32, band_view = _twin.ring, _twin.below, _twin.u32, _twin.band_view
     any_lane, sync_band = _twin.any_lane, _twin.sync_warp
+    fmin32 = fmin64 = _twin.fmin
     hi_word, lo_word, join_words = _twin.hi_word, _twin.lo_word, _twin.join_words
     pack_f32, unpack_f32 = _twin.pack_f32, _twin.unpack_f32
     # The band's warp and its mover meet after every group; mode tiled's tile is handed over
@@ -138,6 +149,8 @@ else:
     as_bits, from_bits = _bits_gpu, _from_bits_gpu
     ring, below, u32, band_view = _ring_gpu, _below_gpu, _ptx.u32(), _ptx.band_view()
     any_lane, sync_band = _any_lane_gpu, _sync_band_gpu
+    # (the hardware minimum, FMNMX / DMNMX: a NaN operand is skipped)
+    fmin32, fmin64 = _fmin32_gpu, _fmin64_gpu
     hi_word, lo_word, join_words = _hi_word_gpu, _lo_word_gpu, _join_words_gpu
     pack_f32, unpack_f32 = _pack_gpu, _unpack_gpu
     # The band's warp (warp 0) and its mover (warp 1) meet after every group of steps: the

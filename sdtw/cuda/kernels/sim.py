@@ -74,6 +74,16 @@ def sync_warp():
         _barrier(("warp", t.threadIdx.x // TB), TB).wait()
 
 
+def fmin(a, b):
+    """libdevice's ``fmin`` / ``fminf``: the smaller of two; a NaN operand is skipped (NaN if
+    both are)."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a <= b else b
+
+
 def any_lane(pred):
     """Whether ``pred`` holds for any lane of the calling thread's warp."""
     t = threading.current_thread()
