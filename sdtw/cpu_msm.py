@@ -14,8 +14,8 @@ in loops that LLVM vectorises (AVX-512: 8 cells at once; branch-free ``exp`` / `
 :mod:`sdtw._simd`, the rare cells they do not cover redone in scalar code); what is left is
 the row's chain, one soft minimum of two per cell in the forward (libm's ``exp`` and
 ``log1p``, the chains of up to 4 tasks side by side so that the core overlaps them) and one
-multiply-add per cell in the backward.  Batches of 16 tasks and more take the lanes of
-:mod:`sdtw.cpu_msm_lanes` instead (a task per SIMD lane).
+multiply-add per cell in the backward.  Batches that
+:func:`sdtw.cpu_msm_lanes.use_msm_lanes` accepts take the lanes instead (a task per SIMD lane).
 """
 
 from __future__ import annotations

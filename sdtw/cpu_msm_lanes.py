@@ -19,11 +19,14 @@ Forward, lane ``g`` of cell ``(i, j)`` (:mod:`sdtw.msm_reference` for the defini
     C(v, p, o) = c + (1 - s(u))\\, \\operatorname{softmin}_\\gamma((v - p)^2, (v - o)^2),\\quad
     u = (v - p)(v - o),\\quad s(u) = \\tfrac12 (1 - u / \\sqrt{u^2 + \\epsilon}).
 
-Where every step's ``exp(-(z_t - z_{t-1})^2 / g)`` of a group is above ``1e-280`` (the usual
-case) a cell's two transitions share one exponential, ``exp(-(x_i - y_j)^2 / g)``, with the
-steps' (computed once per series): ``softmin_g(a, b) = -g log(e^{-a/g} + e^{-b/g})``, the sum
-a normal number.  Elsewhere (small gamma) each transition's soft minimum is taken around its
-minimum (an ``exp`` and a ``log`` each).
+Where every step's ``exp(-(z_t - z_{t-1})^2 / g)`` of a group is above ``1e-140`` and every
+sample at most ``1e60`` in magnitude (the usual case) a cell's two transitions share one
+exponential, ``exp(-(x_i - y_j)^2 / g)``, with the steps' (computed once per series):
+``softmin_g(a, b) = -g log(e^{-a/g} + e^{-b/g})``, and one division gives the reciprocals of
+both sums and both gates' roots (the bounds keep every product of them a normal number).
+Elsewhere (small gamma, steps large against ``sqrt(gamma)``, huge values) each transition's
+soft minimum is taken around its minimum (an ``exp`` and a ``log`` each) and each reciprocal
+is its own division.
 
 Backward: each cell, its ``E`` (d value / d R) final when reached in reverse row-major order,
 sends ``E w_k`` along each incoming edge ``k`` (``w`` the softmax of the edges' candidates, the
@@ -56,9 +59,13 @@ MSM_LANES = 16
 SERIAL_MAX_CELLS = 1 << 15
 
 _INF = math.inf
-# A transition's soft minimum as -g log(e_a + e_b) from per-cell exponentials needs the sum to
-# be a normal number: above this for every step of a group's series, else the stable form.
-_TINY = 1e-280
+# The shared-exponential form (msm_row_shared, msm_row_units) holds where every step's
+# exp(-dz^2 / g) of a group is above _TINY and every sample is at most _BIG in magnitude: then
+# each transition's sum e_a + e_b is in [1e-140, 2] and each gate's root sqrt(u^2 + eps) in
+# [3e-5, 2e121], so the one division for their reciprocals, 1 / (sum_up sum_left root_up
+# root_left), stays between normal numbers (>= 1e-289).  Elsewhere: the stable form.
+_TINY = 1e-140
+_BIG = 1e60
 _block = njit(cache=True, nogil=True, **LANE_FLAGS)
 _inline = njit(cache=True, nogil=True, inline="always", **LANE_FLAGS)
 
@@ -116,15 +123,15 @@ def pack_tasks(X, D, lens, t0, k, zs, dz):
 
 
 @_block
-def step_exps(dz, ig, ez):
-    """``ez = exp(-dz^2 / g)``; returns whether every one is above ``_TINY`` (then the sum
-    of two transition exponentials is a normal number)."""
+def step_exps(zs, dz, ig, ez):
+    """``ez = exp(-dz^2 / g)``; returns whether every one is above ``_TINY`` and every
+    sample ``zs`` at most ``_BIG`` in magnitude (the shared-exponential form's range)."""
     ok = True
     for s in range(dz.shape[0]):
         for g in range(dz.shape[1]):
             e = exp_neg(-dz[s, g] * dz[s, g] * ig)
             ez[s, g] = e
-            ok &= e > _TINY
+            ok &= (e > _TINY) & (abs(zs[s, g]) <= _BIG)
     return ok
 
 
@@ -164,7 +171,7 @@ def msm_row(xs, dx, ys, dy, i, prev, cur, j0, j1, a, b, c, gamma, ig):
 @_block
 def msm_row_shared(xs, dx, ex, ys, dy, ey, i, prev, cur, j0, j1, a, b, c, gamma, ig):
     """:func:`msm_row` with the transitions from one exponential of the match cost per cell
-    and the steps' (``ex``, ``ey``), where the sums cannot underflow, and one division for the
+    and the steps' (``ex``, ``ey``), within ``_TINY`` and ``_BIG``, and one division for the
     two gates."""
     L = cur.shape[1]
     for j in range(j0, j1):
@@ -323,7 +330,7 @@ def _forward_kernel(X, Y, c, gamma, ns, ms, los, his, R, out):
         pack_tasks(X, D, n, t0, k, xs, dx)
         pack_tasks(Y, D, m, t0, k, ys, dy)
         ex, ey = np.empty((N, L)), np.empty((M, L))
-        shared = step_exps(dx, ig, ex) & step_exps(dy, ig, ey)
+        shared = step_exps(xs, dx, ig, ex) & step_exps(ys, dy, ig, ey)
         Rq = R[q]
         Rq[0, :, :] = math.inf
         Rq[0, 0, :] = 0.0
@@ -360,7 +367,7 @@ def _backward_kernel(X, Y, c, gamma, ns, ms, los, his, R, gout, GX, GY, A):
         pack_tasks(X, D, n, t0, k, xs, dx)
         pack_tasks(Y, D, m, t0, k, ys, dy)
         ex, ey = np.empty((N, L)), np.empty((M, L))
-        shared = step_exps(dx, ig, ex) & step_exps(dy, ig, ey)
+        shared = step_exps(xs, dx, ig, ex) & step_exps(ys, dy, ig, ey)
         gxs, gys, gx = np.zeros((N, L)), np.zeros((M + 1, L)), np.zeros((8, L))
         # E's two rows by index (see sdtw.cpu_lanes: a swap of names inside prange compiles
         # for minutes)

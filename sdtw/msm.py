@@ -14,8 +14,9 @@ backend       Soft-MSM
 ============  ==================================================================
 reference     float64 NumPy oracle (:mod:`sdtw.msm_reference`; slow)
 cpu           Numba CPU kernels, float64 inside: (pair, channel) tasks as SIMD
-              lanes from 16 tasks (:mod:`sdtw.cpu_msm_lanes`), else a task per
-              thread (:mod:`sdtw.cpu_msm`)
+              lanes where ``use_msm_lanes`` says (16 tasks and more, few idle
+              lanes: :mod:`sdtw.cpu_msm_lanes`), else a task per thread
+              (:mod:`sdtw.cpu_msm`)
 cuda          simple Numba CUDA kernels (:mod:`sdtw.cuda.msm`: one block per pair
               and channel, anti-diagonal wavefront, float64; tested in the simulator)
 ============  ==================================================================

@@ -14,7 +14,7 @@ from numba.core.registry import CPUDispatcher
 
 REPO = Path(__file__).resolve().parents[1]
 MODULES = ["sdtw.cpu", "sdtw.cpu_dtw", "sdtw.cpu_fused", "sdtw.cpu_lanes", "sdtw.cpu_msm"]
-MODULES += ["sdtw.cpu_pairs", "sdtw._simd"]
+MODULES += ["sdtw.cpu_pairs", "sdtw.cpu_msm_lanes", "sdtw._simd"]
 
 
 def _dispatchers():

@@ -96,3 +96,47 @@ def test_parallel_lanes_equal_the_task_per_thread_kernels():
     np.testing.assert_allclose(values, v0, rtol=1e-13)
     np.testing.assert_allclose(gx, gx0, rtol=1e-9, atol=1e-12 * np.abs(gx0).max())
     np.testing.assert_allclose(gy, gy0, rtol=1e-9, atol=1e-12 * np.abs(gy0).max())
+
+
+def _lanes_and_tasks(x, y, gamma, c=1.0):
+    """(value, gx) of 16 copies of one pair through the lanes and through the task-per-thread
+    kernels (upstream gradient 1)."""
+    B = 16
+    a = np.repeat(np.asarray(x, np.float64)[None, :, None], B, 0)
+    b = np.repeat(np.asarray(y, np.float64)[None, :, None], B, 0)
+    tables = _tables(B, a.shape[1], b.shape[1], 10**9, 10**9, None)
+    v, R = msm_lane_forward(a, b, c, gamma, tables)
+    gx = msm_lane_backward(a, b, c, gamma, tables, R, np.ones(B))[0]
+    v0, R0 = msm_cpu_forward(a, b, c, gamma, 10**9, 10**9)
+    gx0 = msm_cpu_backward(a, b, R0, c, gamma, 10**9, 10**9, np.ones(B))[0]
+    return (v, gx), (v0, gx0)
+
+
+@pytest.mark.parametrize(
+    ("x", "y", "gamma"),
+    [
+        # steps near sqrt(gamma * 300): each transition sum near the shared form's bound
+        ([0, 0, 0, 2, 2, 2], [2, 2, 2, 0, 0, 0], 0.01),
+        (np.sin(np.arange(20) * np.pi / 5), np.cos(np.arange(20) * np.pi / 5), 1e-3),
+        ([0, 0.55, 1.1, 1.65], [1.65, 1.1, 0.55, 0], 1e-3),
+        # large values: transition sums and gates' roots whose products leave float64's range
+        (1e5 + 19.2 * np.arange(4), 19.2 * np.arange(4), 1.0),
+        (1e5 + 19.3 * np.arange(4), 19.3 * np.arange(4), 1.0),
+        ([0, 500, 1000], [-1e152] * 3, 1e3),
+    ],
+)
+def test_lanes_at_the_edges_of_the_shared_exponential_form(x, y, gamma):
+    """Where one division for four reciprocals would leave float64's normal range, the lanes
+    take the stable form: values and gradients equal the task-per-thread kernels' (no NaN),
+    and the reference's where its float64 holds."""
+    (v, gx), (v0, gx0) = _lanes_and_tasks(x, y, gamma)
+    assert np.isfinite(v).all() and np.isfinite(gx).all()
+    np.testing.assert_allclose(v, v0, rtol=1e-13)
+    np.testing.assert_allclose(gx, gx0, rtol=1e-9, atol=1e-11 * (1 + np.abs(gx0).max()))
+    if max(np.abs(x).max(), np.abs(y).max()) < 10:
+        xt = torch.tensor(np.asarray(x, np.float64))[None, :, None].requires_grad_()
+        yt = torch.tensor(np.asarray(y, np.float64))[None, :, None]
+        ref = sdtw.soft_msm(xt, yt, gamma=gamma, backend="reference")
+        (gr,) = torch.autograd.grad(ref.sum(), xt)
+        np.testing.assert_allclose(v[0], ref.item(), rtol=1e-12)
+        np.testing.assert_allclose(gx[0], gr[0].numpy(), atol=1e-11 * (1 + gr.abs().max().item()))
