@@ -316,10 +316,13 @@ def msm_push_row(xs, dx, ys, dy, i, R0, R1, E0, E1, j0, j1, c, gamma, ig, gx, gy
 
 
 def _forward_kernel(X, Y, c, gamma, ns, ms, los, his, R, out):
-    """Group q's padded tables into ``R[q]`` (N + 1, M + 1, L), task values into ``out``."""
+    """Group q's padded tables into ``R[q]`` (N + 1, M + 1, L), task values into ``out``; an
+    ``R`` of two rows per group (forward only) holds the last two rows, padded row ``r`` at
+    ``r % 2``."""
     L = R.shape[3]
     T, D = out.shape[0], X.shape[2]
     ig = 1.0 / gamma
+    rolling = R.shape[1] == 2
     for q in prange(R.shape[0]):
         t0 = q * L
         k = min(L, T - t0)
@@ -334,20 +337,23 @@ def _forward_kernel(X, Y, c, gamma, ns, ms, los, his, R, out):
         Rq = R[q]
         Rq[0, :, :] = math.inf
         Rq[0, 0, :] = 0.0
-        Rq[N + 1 :, :, :] = math.inf
+        Rq[N + 1 :, :, :] = math.inf  # (full tables: the rows past the group's)
         a, b = np.empty(L, np.int64), np.empty(L, np.int64)
         for i in range(N):
+            # (rows by index, not by swapping names: see _backward_kernel)
+            r0, r1 = (i % 2, (i + 1) % 2) if rolling else (i, i + 1)
             j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
-            Rq[i + 1, : j0 + 1, :] = math.inf
-            Rq[i + 1, j1 + 1 :, :] = math.inf
+            Rq[r1, : j0 + 1, :] = math.inf
+            Rq[r1, j1 + 1 :, :] = math.inf
             spans(i, n, m, lo, hi, a, b)
             if shared:
-                msm_row_shared(xs, dx, ex, ys, dy, ey, i, Rq[i], Rq[i + 1], j0, j1, a, b, c,
+                msm_row_shared(xs, dx, ex, ys, dy, ey, i, Rq[r0], Rq[r1], j0, j1, a, b, c,
                                gamma, ig)  # fmt: skip
             else:
-                msm_row(xs, dx, ys, dy, i, Rq[i], Rq[i + 1], j0, j1, a, b, c, gamma, ig)
-        for g in range(k):
-            out[t0 + g] = Rq[n[g], m[g], g]
+                msm_row(xs, dx, ys, dy, i, Rq[r0], Rq[r1], j0, j1, a, b, c, gamma, ig)
+            for g in range(k):
+                if n[g] == i + 1:
+                    out[t0 + g] = Rq[r1, m[g], g]
 
 
 def _backward_kernel(X, Y, c, gamma, ns, ms, los, his, R, gout, GX, GY, A):
@@ -425,18 +431,25 @@ def _serial(groups: int, tasks: int, N: int, M: int) -> bool:
 
 
 def msm_lane_forward(
-    x: np.ndarray, y: np.ndarray, c: float, gamma: float, tables: tuple, lanes: int = MSM_LANES
+    x: np.ndarray,
+    y: np.ndarray,
+    c: float,
+    gamma: float,
+    tables: tuple,
+    lanes: int = MSM_LANES,
+    keep: bool = True,
 ):
     """Task values (B D,) of x (B, N, D), y (B, M, D) (float64, C-contiguous) over each pair's
     ``tables`` = (n, m, lo, hi) (int64 (B,) each), and the padded tables R
-    (groups, N + 1, M + 1, lanes) for :func:`msm_lane_backward`."""
+    (groups, N + 1, M + 1, lanes) for :func:`msm_lane_backward`; ``keep=False`` (values
+    only): two rows per group, ``8 * 2 (M + 1)`` bytes a lane, and R is None."""
     N, M, T, L = x.shape[1], y.shape[1], x.shape[0] * x.shape[2], lanes
-    R = np.empty((-(-T // L), N + 1, M + 1, L))
+    R = np.empty((-(-T // L), N + 1 if keep else 2, M + 1, L))
     out = np.empty(T)
     serial = _serial(R.shape[0], T, N, M)
     kernel = _forward_serial if serial else _forward_parallel
     _run(kernel, serial, x, y, float(c), float(gamma), *tables, R, out)
-    return out, R
+    return out, (R if keep else None)
 
 
 def msm_lane_backward(x, y, c: float, gamma: float, tables: tuple, R, grad_out, match=False):

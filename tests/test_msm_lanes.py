@@ -140,3 +140,25 @@ def test_lanes_at_the_edges_of_the_shared_exponential_form(x, y, gamma):
         (gr,) = torch.autograd.grad(ref.sum(), xt)
         np.testing.assert_allclose(v[0], ref.item(), rtol=1e-12)
         np.testing.assert_allclose(gx[0], gr[0].numpy(), atol=1e-11 * (1 + gr.abs().max().item()))
+
+
+@pytest.mark.parametrize(("N", "M", "band"), [(23, 17, 4), (1, 9, None), (12, 1, None)])
+def test_values_only_keep_two_rows_and_equal_the_full_tables(N, M, band):
+    """Without gradients (cdist, no_grad) the lanes keep two rows per task, not the table: the
+    same values bit for bit, per-pair lengths and a band included."""
+    B, D = 15, 2  # (30 tasks: two groups, the last with idle lanes)
+    assert use_msm_lanes(B * D)
+    x, y = (t.numpy() for t in _data(B, N, M, D, seed=N + M))
+    g = np.random.default_rng(N)
+    lengths = (g.integers(1, N + 1, B), g.integers(1, M + 1, B))
+    lo, hi = (band, band + max(M - N, 0)) if band else (10**9, 10**9)
+    tables = _tables(B, N, M, lo, hi, lengths)
+    full, R = msm_lane_forward(x, y, 0.6, 0.2, tables)
+    rows, none = msm_lane_forward(x, y, 0.6, 0.2, tables, keep=False)
+    assert none is None and R.shape[1] == N + 1
+    np.testing.assert_array_equal(rows, full)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    with torch.no_grad():
+        v = sdtw.soft_msm(xt, yt, gamma=0.2, c=0.6, backend="cpu")
+    vg = sdtw.soft_msm(xt.clone().requires_grad_(), yt, gamma=0.2, c=0.6, backend="cpu")
+    assert torch.equal(v, vg.detach())

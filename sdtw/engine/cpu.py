@@ -170,7 +170,9 @@ class CPUBackend(Backend):
         ones = np.ones(B)
         if use_msm_lanes(B * D):
             per_pair = _tables(B, N, b.shape[1], lo, hi, tables)
-            values, R = msm_lane_forward(a, b, c, plan.gamma, per_pair)
+            # (values only, as cdist asks: two rows per task, not its table)
+            keep = need_x or need_y
+            values, R = msm_lane_forward(a, b, c, plan.gamma, per_pair, keep=keep)
             values = values.reshape(B, D).sum(axis=1)
             backward = lambda: msm_lane_backward(a, b, c, plan.gamma, per_pair, R, ones)  # noqa: E731
         else:
