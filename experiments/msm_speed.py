@@ -1,24 +1,30 @@
 """CPU Soft-MSM against sdtw's CPU soft-DTW at the same size (issue 54's speed item: within 2x).
 
-``python -m experiments.msm_speed [--rounds R] [--sizes 128 256 512] [--csv]`` times one
-forward + backward step (float64 inputs requiring grad, ``.sum().backward()``, backend
-``"cpu"``, gamma = 1, c = 1, random normal series) of :func:`sdtw.soft_msm` and of
+``python -m experiments.msm_speed [--rounds R] [--processes K] [--sizes 128 256 512] [--csv]``
+times one forward + backward step (float64 inputs requiring grad, ``.sum().backward()``,
+backend ``"cpu"``, gamma = 1, c = 1, random normal series) of :func:`sdtw.soft_msm` and of
 :func:`sdtw.softdtw` for B = 32, D = 1, N = M in ``--sizes``, in one process, the two
 alternating call by call (A B B A ...) for ``--rounds`` rounds after a warm-up step each, so
 that both see the same load from the machine's other work.  Printed per size: each one's
 median wall time with its spread (p20, p80), the median of the per-round ratios with their
-p20 / p80, and the 1-minute load average before and after.  ``--csv`` writes the rows (long
-format, metric ``time_ms`` per implementation and ``ratio``, with the harness's provenance
-columns) to ``experiments/results/<machine>/msm-speed.csv``.
+p20 / p80, and the 1-minute load average before and after.  ``--processes K`` runs the rounds
+in K fresh processes one after the other (this machine's speed varies between processes, not
+only between calls) and adds each process's median ratio: the rows pool every round.
+``--csv`` writes the rows (long format, metric ``time_ms`` per implementation and ``ratio``,
+with the harness's provenance columns) to ``experiments/results/<machine>/msm-speed.csv``.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -26,6 +32,8 @@ import sdtw
 from experiments.provenance import committed_dir, provenance
 
 __all__ = ["main", "measure"]
+
+REPO = Path(__file__).resolve().parents[1]
 
 B, D, GAMMA, C = 32, 1, 1.0, 1.0
 
@@ -75,18 +83,43 @@ def measure(N: int, rounds: int) -> dict:
     return {"softmsm": t_msm, "softdtw": t_dtw, "ratio": ratios}
 
 
+def _in_processes(N: int, rounds: int, processes: int) -> tuple[dict, list[float]]:
+    """:func:`measure` in ``processes`` fresh processes, one after the other: every round's
+    times pooled, and each process's median ratio."""
+    pooled: dict = {"softmsm": [], "softdtw": [], "ratio": []}
+    medians = []
+    for _ in range(processes):
+        cmd = [sys.executable, "-m", "experiments.msm_speed", "--child", str(N), str(rounds)]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO).stdout
+        times = json.loads(out.strip().splitlines()[-1])
+        for k in pooled:
+            pooled[k] += times[k]
+        medians.append(statistics.median(times["ratio"]))
+    return pooled, medians
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.msm_speed", description=__doc__)
     p.add_argument("--rounds", type=int, default=15, help="alternating rounds per size")
+    p.add_argument("--processes", type=int, default=1, help="fresh processes per size")
     p.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512], help="N = M")
     p.add_argument("--csv", action="store_true", help="write msm-speed.csv (see above)")
+    p.add_argument("--child", type=int, nargs=2, help=argparse.SUPPRESS)  # (N, rounds)
     args = p.parse_args(argv)
+    if args.child:  # (one process of --processes: its times as JSON)
+        print(json.dumps(measure(*args.child)))
+        return 0
+    if args.rounds < 1 or args.processes < 1:
+        p.error(f"--rounds and --processes must be >= 1, got {args.rounds}, {args.processes}")
     rows = []
     print(f"B = {B}, D = {D}, gamma = {GAMMA}, c = {C}, float64, fwd + bwd, wall time; "
           f"{torch.get_num_threads()} torch threads")  # fmt: skip
     for N in args.sizes:
         load0 = os.getloadavg()[0]
-        times = measure(N, args.rounds)
+        if args.processes == 1:
+            times, medians = measure(N, args.rounds), []
+        else:
+            times, medians = _in_processes(N, args.rounds, args.processes)
         load1 = os.getloadavg()[0]
         stats = {k: _spread(v) for k, v in times.items()}
         (mm, m20, m80), (dm, d20, d80), (rm, r20, r80) = (
@@ -97,9 +130,12 @@ def main(argv: list[str] | None = None) -> int:
             f"soft_dtw {1e3 * dm:8.2f} ms [{1e3 * d20:.2f}, {1e3 * d80:.2f}]  "
             f"ratio {rm:.2f} [{r20:.2f}, {r80:.2f}]  load {load0:.1f} -> {load1:.1f}"
         )
+        if medians:
+            print(f"  per process, median ratio: {', '.join(f'{r:.2f}' for r in medians)}")
         base = {"sweep": "msm-speed", "mode": "fwd+bwd", "B": B, "N": N, "M": N, "D": D,
                 "gamma": GAMMA, "c": C, "dtype": "float64", "device": "cpu",
-                "repeats": args.rounds, "load_1min": f"{load0:.2f}/{load1:.2f}"}  # fmt: skip
+                "repeats": args.rounds * args.processes, "processes": args.processes,
+                "load_1min": f"{load0:.2f}/{load1:.2f}"}  # fmt: skip
         for impl, unit, metric in (("softmsm", 1e3, "time_ms"), ("softdtw", 1e3, "time_ms"),
                                    ("softmsm/softdtw", 1.0, "ratio")):  # fmt: skip
             med, p20, p80 = stats[impl.split("/")[0] if metric == "time_ms" else "ratio"]

@@ -762,3 +762,15 @@ def test_reference_of_a_padded_batch_is_each_pair_at_its_length() -> None:
         torch.testing.assert_close(ref.grad_x[b, :n], xb.grad[0], rtol=1e-10, atol=1e-12)
         assert not ref.grad_x[b, n:].any() and not ref.grad_y[b, m:].any()
     assert not torch.equal(ref.value, full.value)
+
+
+@pytest.mark.slow  # (two child processes import torch and sdtw)
+def test_msm_speed_in_several_processes_pools_their_rounds(capsys) -> None:
+    from experiments import msm_speed
+
+    assert msm_speed.main(["--rounds", "2", "--processes", "2", "--sizes", "8"]) == 0
+    out = capsys.readouterr().out
+    line = next(s for s in out.splitlines() if "per process" in s)
+    assert len(line.split(":")[1].split(",")) == 2
+    with pytest.raises(SystemExit):
+        msm_speed.main(["--processes", "0"])
