@@ -48,6 +48,7 @@ from numba import get_num_threads, njit, prange
 from sdtw._jit import parallel_and_serial
 from sdtw._simd import LANE_FLAGS, exp_neg, log_pos, order3, softmin3
 from sdtw.cpu import _run
+from sdtw.cpu_lanes import spans
 from sdtw.msm_reference import GATE_EPS
 
 __all__ = ["MSM_LANES", "msm_lane_backward", "msm_lane_forward", "use_msm_lanes"]
@@ -147,11 +148,22 @@ def task_tables(ns, ms, los, his, D, t0, k, L):
 
 
 @_block
-def spans(i, n, m, lo, hi, a, b):
-    """Lane g's cells of row ``i``: ``a[g] <= j < b[g]`` (its table and band)."""
-    for g in range(a.shape[0]):
-        a[g] = max(0, i - lo[g])
-        b[g] = min(m[g], i + hi[g] + 1) if i < n[g] else 0
+def task_group(X, Y, ns, ms, los, his, t0, L, ig):
+    """Group ``t0 ..``'s task count ``k``, per-lane ``n, m, lo, hi`` (:func:`task_tables`),
+    its series as lanes with their steps and the steps' exponentials (``xs, dx, ex`` (N, L),
+    ``ys, dy, ey`` (M, L): :func:`pack_tasks`, :func:`step_exps`) and whether the shared-
+    exponential form holds for it."""
+    B, D = X.shape[0], X.shape[2]
+    k = min(L, B * D - t0)
+    n, m, lo, hi = task_tables(ns, ms, los, his, D, t0, k, L)
+    N, M = n.max(), m.max()
+    xs, dx = np.zeros((N, L)), np.zeros((N, L))
+    ys, dy = np.zeros((M, L)), np.zeros((M, L))
+    pack_tasks(X, D, n, t0, k, xs, dx)
+    pack_tasks(Y, D, m, t0, k, ys, dy)
+    ex, ey = np.empty((N, L)), np.empty((M, L))
+    shared = step_exps(xs, dx, ig, ex) & step_exps(ys, dy, ig, ey)
+    return k, n, m, lo, hi, xs, dx, ex, ys, dy, ey, shared
 
 
 @_block
@@ -320,20 +332,13 @@ def _forward_kernel(X, Y, c, gamma, ns, ms, los, his, R, out):
     ``R`` of two rows per group (forward only) holds the last two rows, padded row ``r`` at
     ``r % 2``."""
     L = R.shape[3]
-    T, D = out.shape[0], X.shape[2]
     ig = 1.0 / gamma
     rolling = R.shape[1] == 2
     for q in prange(R.shape[0]):
         t0 = q * L
-        k = min(L, T - t0)
-        n, m, lo, hi = task_tables(ns, ms, los, his, D, t0, k, L)
+        k, n, m, lo, hi, xs, dx, ex, ys, dy, ey, shared = task_group(X, Y, ns, ms, los, his, t0,
+                                                                     L, ig)  # fmt: skip
         N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
-        xs, dx = np.zeros((N, L)), np.zeros((N, L))
-        ys, dy = np.zeros((M, L)), np.zeros((M, L))
-        pack_tasks(X, D, n, t0, k, xs, dx)
-        pack_tasks(Y, D, m, t0, k, ys, dy)
-        ex, ey = np.empty((N, L)), np.empty((M, L))
-        shared = step_exps(xs, dx, ig, ex) & step_exps(ys, dy, ig, ey)
         Rq = R[q]
         Rq[0, :, :] = math.inf
         Rq[0, 0, :] = 0.0
@@ -360,20 +365,13 @@ def _backward_kernel(X, Y, c, gamma, ns, ms, los, his, R, gout, GX, GY, A):
     """``GX``, ``GY`` (zeroed) += the gradients of ``gout[b] * value[b]`` wrt x, y; if ``A``
     (tasks, N, M, zeroed) is not empty, each task's match occupancies into it."""
     L = R.shape[3]
-    B, D = X.shape[0], X.shape[2]
-    T = B * D
+    D = X.shape[2]
     ig = 1.0 / gamma
     for q in prange(R.shape[0]):
         t0 = q * L
-        k = min(L, T - t0)
-        n, m, lo, hi = task_tables(ns, ms, los, his, D, t0, k, L)
+        k, n, m, lo, hi, xs, dx, ex, ys, dy, ey, shared = task_group(X, Y, ns, ms, los, his, t0,
+                                                                     L, ig)  # fmt: skip
         N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
-        xs, dx = np.zeros((N, L)), np.zeros((N, L))
-        ys, dy = np.zeros((M, L)), np.zeros((M, L))
-        pack_tasks(X, D, n, t0, k, xs, dx)
-        pack_tasks(Y, D, m, t0, k, ys, dy)
-        ex, ey = np.empty((N, L)), np.empty((M, L))
-        shared = step_exps(xs, dx, ig, ex) & step_exps(ys, dy, ig, ey)
         gxs, gys, gx = np.zeros((N, L)), np.zeros((M + 1, L)), np.zeros((8, L))
         # E's two rows by index (see sdtw.cpu_lanes: a swap of names inside prange compiles
         # for minutes)

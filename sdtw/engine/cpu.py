@@ -164,8 +164,7 @@ class CPUBackend(Backend):
 
         lo, hi, tables = _band(plan, x.shape[1], y.shape[1], pairs)
         c = plan.recurrence.param("c")
-        a = x.detach().to("cpu", torch.float64).contiguous().numpy()
-        b = y.detach().to("cpu", torch.float64).contiguous().numpy()
+        a, b = _numpy64(x), _numpy64(y)
         B, N, D = a.shape
         ones = np.ones(B)
         if use_msm_lanes(B * D):
@@ -193,8 +192,7 @@ class CPUBackend(Backend):
 
         lo, hi, tables = _band(plan, x.shape[1], y.shape[1], pairs)
         c = plan.recurrence.param("c")
-        a = x.detach().to("cpu", torch.float64).contiguous().numpy()
-        b = y.detach().to("cpu", torch.float64).contiguous().numpy()
+        a, b = _numpy64(x), _numpy64(y)
         B, N, D = a.shape
         per_pair = _tables(B, N, b.shape[1], lo, hi, tables)
         lanes = min(MSM_LANES, B * D)

@@ -14,6 +14,14 @@ from sdtw.reference import softdtw_reference
 __all__ = ["ReferenceBackend"]
 
 
+def _parts(pairs: Pairs, N: int, M: int) -> list[tuple[slice, int, int]]:
+    """``(rows, n, m)``: the whole batch at once at full length, else each pair's own slice."""
+    if pairs.x_lengths is None:
+        return [(slice(None), N, M)]
+    ns, ms = pairs.x_lengths.tolist(), pairs.y_lengths.tolist()
+    return [(slice(p, p + 1), n, m) for p, (n, m) in enumerate(zip(ns, ms, strict=True))]
+
+
 class ReferenceBackend(Backend):
     name = "reference"
     caps = Capabilities(
@@ -43,14 +51,9 @@ class ReferenceBackend(Backend):
         rec = plan.recurrence
         c = cost.detach().to("cpu", torch.float64).numpy()
         B, N, M = c.shape
-        if pairs.x_lengths is None:  # the whole batch at once
-            parts = [(slice(None), N, M)]
-        else:
-            ns, ms = pairs.x_lengths.tolist(), pairs.y_lengths.tolist()
-            parts = [(slice(b, b + 1), n, m) for b, (n, m) in enumerate(zip(ns, ms, strict=True))]
         values = np.empty(B)
         E = np.zeros((B, N, M)) if need else None
-        for rows, n, m in parts:
+        for rows, n, m in _parts(pairs, N, M):
             cb = c[rows, :n, :m]
             R = rec.oracle_forward(cb, plan.gamma, plan.bandwidth)
             values[rows] = R[:, n, m]
@@ -65,13 +68,8 @@ class ReferenceBackend(Backend):
         a = x.detach().to("cpu", torch.float64).numpy()
         b = y.detach().to("cpu", torch.float64).numpy()
         B, N, M = a.shape[0], a.shape[1], b.shape[1]
-        if pairs.x_lengths is None:
-            parts = [(slice(None), N, M)]
-        else:
-            ns, ms = pairs.x_lengths.tolist(), pairs.y_lengths.tolist()
-            parts = [(slice(p, p + 1), n, m) for p, (n, m) in enumerate(zip(ns, ms, strict=True))]
         values, gx, gy = np.empty(B), np.zeros(a.shape), np.zeros(b.shape)
-        for rows, n, m in parts:
+        for rows, n, m in _parts(pairs, N, M):
             xa, yb = a[rows, :n], b[rows, :m]
             values[rows], state = rec.oracle_forward(xa, yb, plan.gamma, plan.bandwidth, **params)
             if need_x or need_y:
@@ -88,13 +86,8 @@ class ReferenceBackend(Backend):
         a = x.detach().to("cpu", torch.float64).numpy()
         b = y.detach().to("cpu", torch.float64).numpy()
         B, N, M = a.shape[0], a.shape[1], b.shape[1]
-        if pairs.x_lengths is None:
-            parts = [(slice(None), N, M)]
-        else:
-            ns, ms = pairs.x_lengths.tolist(), pairs.y_lengths.tolist()
-            parts = [(slice(p, p + 1), n, m) for p, (n, m) in enumerate(zip(ns, ms, strict=True))]
         A = np.zeros((B, N, M))
-        for rows, n, m in parts:
+        for rows, n, m in _parts(pairs, N, M):
             xa, yb = a[rows, :n], b[rows, :m]
             _, state = rec.oracle_forward(xa, yb, plan.gamma, plan.bandwidth, **params)
             A[rows, :n, :m] = rec.oracle_alignment(xa, yb, state, plan.gamma, plan.bandwidth,
