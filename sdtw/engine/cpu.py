@@ -167,10 +167,12 @@ class CPUBackend(Backend):
         a, b = _numpy64(x), _numpy64(y)
         B, N, D = a.shape
         ones = np.ones(B)
-        if use_msm_lanes(B * D):
+        keep = need_x or need_y
+        # Values alone (cdist, knn, no_grad) always take the lanes, two rows per task: a lane's
+        # value does not depend on the lanes beside it, so every chunking of an all-pairs
+        # matrix gives the same bits (a kernel chosen by the chunk's size would not).
+        if not keep or use_msm_lanes(B * D):
             per_pair = _tables(B, N, b.shape[1], lo, hi, tables)
-            # (values only, as cdist asks: two rows per task, not its table)
-            keep = need_x or need_y
             values, R = msm_lane_forward(a, b, c, plan.gamma, per_pair, keep=keep)
             values = values.reshape(B, D).sum(axis=1)
             backward = lambda: msm_lane_backward(a, b, c, plan.gamma, per_pair, R, ones)  # noqa: E731
