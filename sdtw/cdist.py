@@ -32,8 +32,11 @@ __all__ = ["cdist", "chunk_pairs"]
 
 #: The working memory a chunk aims at (its cost tensors and tables), in bytes.
 CHUNK_BYTES = 256 * 2**20
-#: Pairs per call of a backend's forward-only table kernel (no memory per pair to bound).
+#: Pairs per call of a backend's forward-only table kernel (no memory per pair to bound): at
+#: least this many, and at least :data:`TABLE_CELLS` cells, so that a call's fixed host cost
+#: (a launch, its arguments) hides behind the kernel's work however short the series.
 TABLE_PAIRS = 2**14
+TABLE_CELLS = 2**32
 #: ``progress=None`` shows a bar when the first chunk says the whole job takes longer than this.
 PROGRESS_AFTER_S = 5.0
 
@@ -245,7 +248,9 @@ def cdist(
     step = chunk_pairs(P, max(N, M), max(N, M), D, grad, chunk, tables)
     bar = _Progress(P, progress)
     # (a forward-only table kernel holds nothing per pair: chunks as large as a launch wants)
-    table_step = chunk if chunk is not None else max(step, TABLE_PAIRS)
+    table_step = chunk
+    if chunk is None:
+        table_step = max(step, TABLE_PAIRS, TABLE_CELLS // (max(N, 1) * max(M, 1)))
     run_pairs = functools.partial(_run_pairs, recurrence=recurrence, table_step=table_step)
     run = _sharded(run_pairs, group, grad) or run_pairs
     try:

@@ -159,18 +159,42 @@ def test_forward_only_cuda_reads_the_rows_in_place(
 
 
 @_SIM
+# (the simulator computes with NumPy scalars, which warn on inf - inf where the GPU is silent)
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize("gamma", [0.0, 0.5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_forward_only_cuda_nan_inside_a_pair_gives_nan(rng, dtype, gamma):
     """A NaN on a pair's cells (inside its lengths) makes its value NaN in the CUDA table
-    kernels (exact DTW's hardware minimum skips a NaN: a flag and a warp vote keep it), and
+    kernels (a flag per lane keeps it where the recurrence would not carry it), and
     only its pairs'; the others equal the loop of pair calls."""
     X, Y = randn(rng, 3, 40, 1), randn(rng, 2, 11, 1)
-    X[1, 37, 0] = float("nan")  # (a row of the second lane's strip)
+    X[1, 37, 0] = float("nan")  # (past the first lane's strip)
     Y[0, 10, 0] = float("nan")  # (the last column)
+    X[2, 0, 0] = float("nan")  # (the first cell: its neighbours' other terms are +inf)
     got = sdtw.cdist(X.to(dtype), Y.to(dtype), gamma=gamma, backend="cuda").double()
     want = loop(X, Y, gamma=gamma, backend="reference")
-    assert torch.isnan(got[1]).all() and torch.isnan(got[:, 0]).all()
-    assert torch.isnan(want[1]).all() and torch.isnan(want[:, 0]).all()
-    keep = torch.tensor([True, False, True])
+    assert torch.isnan(got[1:]).all() and torch.isnan(got[:, 0]).all()
+    assert torch.isnan(want[1:]).all() and torch.isnan(want[:, 0]).all()
+    keep = torch.tensor([True, False, False])
     assert rel_err(got[keep, 1], want[keep, 1]) < (1e-12 if dtype == torch.float64 else 1e-6)
+
+
+@_SIM
+@pytest.mark.parametrize("gamma", [0.0, 0.5])
+def test_forward_only_cuda_pairs_sharing_a_warp(rng, gamma):
+    """Short pairs share a warp in the CUDA table kernels (20 rows: one lane a pair for exact
+    DTW, 4 for soft-DTW): pairs of different lengths beside each other, a warp only partly
+    used, a NaN in one pair that stays out of its neighbours'."""
+    from sdtw.cuda import allpairs
+
+    assert allpairs._shape(20, gamma == 0.0, False, True) == ((32, 1) if gamma == 0.0 else (8, 4))
+    X, Y = randn(rng, 5, 20, 1), randn(rng, 3, 13, 1)
+    xl, yl = [20, 3, 17, 1, 9], [13, 1, 8]
+    X[2, 16, 0] = float("nan")  # (inside the third series' length: its row is NaN)
+    kw = dict(gamma=gamma, x_lengths=xl, y_lengths=yl)
+    got = sdtw.cdist(X, Y, backend="cuda", **kw)
+    want = loop(X, Y, xl, yl, gamma=gamma, backend="reference")
+    assert torch.isnan(got[2]).all() and torch.isnan(want[2]).all()
+    keep = torch.tensor([True, True, False, True, True])
+    assert not torch.isnan(got[keep]).any()
+    assert rel_err(got[keep], want[keep]) < 1e-12

@@ -2,24 +2,27 @@
 
 :func:`sdtw.cdist` without gradients asks the backend for the values of pairs
 ``(X[I[p]], Y[J[p]])``; these kernels compute them with no (P, N, M) cost or table and no
-gathered copy of the rows.  Each pair is one warp: lane ``l`` owns a strip of ``ROWS``
-consecutive rows (``ROWS`` a compile-time constant, so the strip's DP values and, for D = 1,
-its inputs stay in registers) and sweeps the columns as a skewed wavefront: at step ``s`` it
-computes column ``s - l`` for its rows top to bottom, taking the row above its strip from lane
-``l - 1`` by one warp shuffle of that lane's bottom value of the step before (its value of
-the step before that is the diagonal).  A pair takes ``M + ceil(N / ROWS) - 1`` steps; many
-pairs in flight, not one pair's latency, set the throughput.
+gathered copy of the rows.  A pair is ``width`` consecutive lanes of a warp (``32 // width``
+pairs a warp): its lane ``l`` owns a strip of ``rows`` consecutive rows (a compile-time
+constant, so the strip's DP values and, for D = 1, its inputs stay in registers) and sweeps
+the columns as a skewed wavefront: at step ``s`` it computes column ``s - l`` for its rows top
+to bottom, taking the row above its strip from lane ``l - 1`` by one warp shuffle of that
+lane's bottom value of the step before (its value of the step before that is the diagonal).  A
+pair takes ``M + ceil(N / rows) - 1`` steps, and a warp the steps of its longest pair; many
+pairs in flight, not one pair's latency, set the throughput.  :func:`_shape` picks ``rows``
+and ``width`` from N: more rows a lane spread a step's fixed work over more cells.
 
 The squared Euclidean cost is computed per cell from the inputs.  Soft-DTW runs in the
 scaled base-2 units of :mod:`sdtw.cuda.kernels.recurrence` (the inputs scaled by
 ``sqrt(log2(e) / gamma)``, so the costs arrive scaled), float64 values with float32
 hardware ``ex2``/``lg2`` of float64 differences for float32 inputs, float64 throughout for
 float64 inputs.  Exact DTW (gamma = 0) is a min-plus recurrence in the inputs' dtype, two
-hardware minimums and an add per cell; the hardware minimum skips a NaN, so each lane flags a
-NaN cost of its cells and a vote of the warp makes the value NaN.  Each pair's band follows
-its own lengths (:func:`sdtw.band.pair_offsets`); a NaN anywhere on a pair's reachable cells
-(every cell of its table and band) gives NaN.  A step whose strip lies inside the table and
-the band runs its cells with no test per cell.
+hardware minimums and an add per cell.  Neither recurrence carries a NaN cost to the last cell
+on its own (the hardware minimum skips a NaN; a soft minimum whose other terms are +inf gives
++inf), so each lane flags a NaN cost of its cells and a pair's flags meet in shared memory: a
+NaN anywhere on a pair's reachable cells (every cell of its table and band) gives NaN.  Each
+pair's band follows its own lengths (:func:`sdtw.band.pair_offsets`).  A step whose strip
+lies inside the table and the band runs its cells with no test per cell.
 """
 
 from __future__ import annotations
@@ -28,20 +31,20 @@ import functools
 import math
 
 import torch
-from numba import cuda, float32, float64
+from numba import cuda, float32, float64, int32
 
 from sdtw.band import band_radius
 from sdtw.cuda._launch import numba_stream as _stream
 from sdtw.cuda._launch import numba_view as _arr
 from sdtw.cuda.kernels.jit import device, kernel
 from sdtw.cuda.kernels.primitives import (
-    any_lane,
     exp2,
     fmin32,
     fmin64,
     from_prev_lane,
     log2,
     narrow,
+    sync_band,
 )
 
 __all__ = ["MAX_ROWS", "table_values"]
@@ -49,6 +52,19 @@ __all__ = ["MAX_ROWS", "table_values"]
 LANES = 32
 #: Rows per lane of the widest kernel: N up to 32 x 32 = 1024 rows per pair.
 MAX_ROWS = 32
+#: The fewest rows per lane where N allows, by (exact, float64 inputs, D = 1): pairs shorter
+#: than 32 x this share a warp.  More rows a lane spread a step's fixed work (the shuffle, the
+#: step's tests) over more cells, until the strip's registers cost occupancy or spill.
+MIN_ROWS = {
+    (True, False, True): 32,
+    (True, True, True): 8,
+    (True, False, False): 8,
+    (True, True, False): 8,
+    (False, False, True): 8,
+    (False, True, True): 8,
+    (False, False, False): 8,
+    (False, True, False): 8,
+}
 INF = math.inf
 LOG2E = 1.0 / math.log(2.0)
 
@@ -75,12 +91,14 @@ def _soft_cell_wide(diag, up, left, cost):
 
 
 @functools.cache
-def _kernel(rows: int, exact: bool, wide: bool, d1: bool):
-    """The kernel for ``rows`` rows per lane; ``exact``: DTW, else soft-DTW; ``wide``: float64
-    inputs; ``d1``: one feature (the lane's inputs in registers)."""
+def _kernel(rows: int, width: int, exact: bool, wide: bool, d1: bool):
+    """The kernel for ``rows`` rows per lane and ``width`` lanes per pair (``32 // width``
+    pairs per warp, a block); ``exact``: DTW, else soft-DTW; ``wide``: float64 inputs; ``d1``:
+    one feature (the lane's inputs in registers)."""
     T = float64 if (wide or not exact) else float32  # the DP values' type
     soft = _soft_cell_wide if wide else _soft_cell
     fmin = fmin64 if T is float64 else fmin32
+    per_warp = LANES // width
 
     @device
     def cost(X, Y, xi, yj, i, j, D, xk, yv, scale):
@@ -93,38 +111,58 @@ def _kernel(rows: int, exact: bool, wide: bool, d1: bool):
             c += t * t
         return c
 
+    @device
+    def shape(I, J, XL, YL, p, P):
+        """Pair ``p``'s rows, columns and lanes with rows (0, 0, 0 past the last pair)."""
+        if p >= P:
+            return 0, 0, 0
+        n = XL[I[p]]
+        return n, YL[J[p]], (n + rows - 1) // rows
+
     @kernel
     def table(X, Y, I, J, XL, YL, radius, scale, back, out):
-        p = cuda.blockIdx.x
         lane = cuda.threadIdx.x
+        sl = lane % width  # this lane's place in its pair's lanes
+        first = cuda.blockIdx.x * per_warp  # the warp's first pair
+        p = first + lane // width
+        P = out.shape[0]
         xch = cuda.shared.array((2, LANES), float64)  # (the simulator's shuffles only)
-        xi, yj = I[p], J[p]
-        n, m = XL[xi], YL[yj]
+        flag = cuda.shared.array(LANES, int32)  # (a NaN cost on the pair's cells)
+        n, m, _ = shape(I, J, XL, YL, p, P)
+        xi, yj = (I[p], J[p]) if p < P else (0, 0)
+        # every lane of the warp runs the steps of its longest pair (the shuffles need all)
+        steps = 0
+        for g in range(per_warp):
+            gn, gm, gu = shape(I, J, XL, YL, first + g, P)
+            if gn > 0 and gm + gu - 1 > steps:
+                steps = gm + gu - 1
         # the band of this pair (sdtw.band.pair_offsets)
         lo = hi = n + m
         if radius >= 0:
             r = min(radius, n + m)
             lo, hi = r + max(n - m, 0), r + max(m - n, 0)
         D = X.shape[2]
-        i0 = lane * rows
-        used = (n + rows - 1) // rows  # lanes with rows
+        i0 = sl * rows
         inf = T(INF)
         R = cuda.local.array(rows, T)
         xs = cuda.local.array(rows, T)
         for k in range(rows):
             R[k] = inf
-            xs[k] = T(X[xi, min(i0 + k, n - 1), 0]) * T(scale) if d1 else T(0.0)
+            xs[k] = T(X[xi, min(i0 + k, n - 1), 0]) * T(scale) if (d1 and n > 0) else T(0.0)
+        if sl == 0:
+            flag[lane] = 0
+        sync_band()
         bot = inf  # this lane's bottom row at the last column it computed
         up_prev = inf
         last = inf  # the pair's last cell, in the lane that holds row n - 1
-        nan = False  # (exact DTW: a NaN cost on one of this lane's cells)
+        nan = False  # (a NaN cost on one of this lane's cells)
         # the next column's input, loaded a step ahead (off the step's dependency chain)
-        y_next = T(Y[yj, 0, 0]) * T(scale) if (d1 and lane == 0) else T(0.0)
-        for s in range(m + used - 1):
+        y_next = T(Y[yj, 0, 0]) * T(scale) if (d1 and sl == 0 and m > 0) else T(0.0)
+        for s in range(steps):
             up = from_prev_lane(bot, xch, s & 1)
-            j = s - lane
+            j = s - sl
             diag = up_prev
-            if lane == 0:
+            if sl == 0:
                 up = inf
                 diag = T(0.0) if j == 0 else inf
             up_prev = up
@@ -138,11 +176,12 @@ def _kernel(rows: int, exact: bool, wide: bool, d1: bool):
                         left = R[k]
                         c = cost(X, Y, xi, yj, i0 + k, j, D, xs[k], yv, scale)
                         if exact:
-                            # (the hardware minimum skips a NaN: the flag keeps it)
-                            v = c + fmin(fmin(diag, up), left)
-                            nan |= c != c
+                            # (up, from the cell above, last: one minimum and the add on the
+                            # chain)
+                            v = c + fmin(up, fmin(diag, left))
                         else:
                             v = soft(diag, up, left, c)
+                        nan |= c != c
                         diag = left
                         up = v
                         R[k] = v
@@ -153,10 +192,10 @@ def _kernel(rows: int, exact: bool, wide: bool, d1: bool):
                         ok = i < n and -lo <= j - i and j - i <= hi
                         c = cost(X, Y, xi, yj, min(i, n - 1), j, D, xs[k], yv, scale)
                         if exact:
-                            v = c + fmin(fmin(diag, up), left) if ok else inf
-                            nan |= ok and c != c
+                            v = c + fmin(up, fmin(diag, left)) if ok else inf
                         else:
                             v = soft(diag, up, left, c) if ok else inf
+                        nan |= ok and c != c
                         diag = left
                         up = v
                         R[k] = v
@@ -165,21 +204,32 @@ def _kernel(rows: int, exact: bool, wide: bool, d1: bool):
                     for k in range(rows):
                         if i0 + k == n - 1:
                             last = R[k]
-        if exact and any_lane(nan):
+        if nan:
+            flag[lane - sl] = 1
+        sync_band()
+        if flag[lane - sl] != 0:
             last = T(math.nan)
-        if i0 <= n - 1 and n - 1 < i0 + rows:
+        if p < P and i0 <= n - 1 and n - 1 < i0 + rows:
             out[p] = last * back
 
     return table
 
 
-def _rows(N: int) -> int:
-    """Rows per lane for tables of up to N rows: the smallest power of two with 32 of them
-    covering N."""
+def _shape(N: int, exact: bool, wide: bool, d1: bool) -> tuple[int, int]:
+    """(rows per lane, lanes per pair) for tables of up to N rows: the fewest rows (a power of
+    two) with 32 lanes covering N, but at least :data:`MIN_ROWS` rows where N allows, so that
+    short pairs share a warp and a step's fixed work spreads over more cells."""
     rows = 1
     while rows * LANES < N:
         rows *= 2
-    return rows
+    floor = 1
+    while floor < min(MIN_ROWS[exact, wide, d1], N):
+        floor *= 2
+    rows = max(rows, floor)
+    width = 1
+    while width * rows < N:
+        width *= 2
+    return rows, width
 
 
 def table_values(
@@ -212,9 +262,11 @@ def table_values(
     yl = torch.full((B2,), M, dtype=torch.int64, device=dev) if y_lengths is None else y_lengths
     scale = 1.0 if exact else math.sqrt(LOG2E / gamma)
     back = 1.0 if exact else gamma / LOG2E
-    fn = _kernel(_rows(N), exact, wide, D == 1)
+    rows, width = _shape(N, exact, wide, D == 1)
+    fn = _kernel(rows, width, exact, wide, D == 1)
     args = [X.detach().contiguous(), Y.detach().contiguous(), i.contiguous(), j.contiguous()]
     args += [xl.to(dev, torch.int64).contiguous(), yl.to(dev, torch.int64).contiguous()]
     radius = band_radius(N, M, bandwidth)
-    fn[P, LANES, _stream(dev)](*[_arr(a) for a in args], radius, scale, back, _arr(out))
+    blocks = -(-P // (LANES // width))
+    fn[blocks, LANES, _stream(dev)](*[_arr(a) for a in args], radius, scale, back, _arr(out))
     return out
