@@ -65,6 +65,10 @@ MIN_ROWS = {
     (False, False, False): 8,
     (False, True, False): 8,
 }
+#: One-warp blocks an SM must hold, by (exact, float64 inputs, rows per lane): ptxas caps the
+#: registers to fit them (soft-DTW's float32 strips otherwise take a few registers past a step
+#: of occupancy).
+MIN_BLOCKS = {(False, False, 8): 24, (False, False, 16): 16}
 INF = math.inf
 LOG2E = 1.0 / math.log(2.0)
 
@@ -91,10 +95,11 @@ def _soft_cell_wide(diag, up, left, cost):
 
 
 @functools.cache
-def _kernel(rows: int, width: int, exact: bool, wide: bool, d1: bool):
+def _kernel(rows: int, width: int, exact: bool, wide: bool, d1: bool, blocks: int | None = None):
     """The kernel for ``rows`` rows per lane and ``width`` lanes per pair (``32 // width``
     pairs per warp, a block); ``exact``: DTW, else soft-DTW; ``wide``: float64 inputs; ``d1``:
-    one feature (the lane's inputs in registers)."""
+    one feature (the lane's inputs in registers); ``blocks``: one-warp blocks an SM must hold
+    (ptxas caps the registers to fit them), or None."""
     T = float64 if (wide or not exact) else float32  # the DP values' type
     soft = _soft_cell_wide if wide else _soft_cell
     fmin = fmin64 if T is float64 else fmin32
@@ -119,7 +124,7 @@ def _kernel(rows: int, width: int, exact: bool, wide: bool, d1: bool):
         n = XL[I[p]]
         return n, YL[J[p]], (n + rows - 1) // rows
 
-    @kernel
+    @kernel(launch_bounds=None if blocks is None else (LANES, blocks))
     def table(X, Y, I, J, XL, YL, radius, scale, back, out):
         lane = cuda.threadIdx.x
         sl = lane % width  # this lane's place in its pair's lanes
@@ -128,14 +133,16 @@ def _kernel(rows: int, width: int, exact: bool, wide: bool, d1: bool):
         P = out.shape[0]
         xch = cuda.shared.array((2, LANES), float64)  # (the simulator's shuffles only)
         flag = cuda.shared.array(LANES, int32)  # (a NaN cost on the pair's cells)
-        n, m, _ = shape(I, J, XL, YL, p, P)
+        n, m, used = shape(I, J, XL, YL, p, P)
         xi, yj = (I[p], J[p]) if p < P else (0, 0)
         # every lane of the warp runs the steps of its longest pair (the shuffles need all)
-        steps = 0
-        for g in range(per_warp):
-            gn, gm, gu = shape(I, J, XL, YL, first + g, P)
-            if gn > 0 and gm + gu - 1 > steps:
-                steps = gm + gu - 1
+        steps = m + used - 1
+        if per_warp > 1:
+            steps = 0
+            for g in range(per_warp):
+                gn, gm, gu = shape(I, J, XL, YL, first + g, P)
+                if gn > 0 and gm + gu - 1 > steps:
+                    steps = gm + gu - 1
         # the band of this pair (sdtw.band.pair_offsets)
         lo = hi = n + m
         if radius >= 0:
@@ -263,7 +270,7 @@ def table_values(
     scale = 1.0 if exact else math.sqrt(LOG2E / gamma)
     back = 1.0 if exact else gamma / LOG2E
     rows, width = _shape(N, exact, wide, D == 1)
-    fn = _kernel(rows, width, exact, wide, D == 1)
+    fn = _kernel(rows, width, exact, wide, D == 1, MIN_BLOCKS.get((exact, wide, rows)))
     args = [X.detach().contiguous(), Y.detach().contiguous(), i.contiguous(), j.contiguous()]
     args += [xl.to(dev, torch.int64).contiguous(), yl.to(dev, torch.int64).contiguous()]
     radius = band_radius(N, M, bandwidth)
