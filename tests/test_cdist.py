@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import sdtw
-from tests.conftest import SIMULATOR, randn, rel_err
+from tests.conftest import SIMULATOR, randn, rel_err, requires_gpu
 
 _SIM = pytest.mark.skipif(not SIMULATOR, reason="needs NUMBA_ENABLE_CUDASIM=1")
 BACKENDS = ["reference", "cpu", pytest.param("cuda", marks=_SIM)]
@@ -198,3 +198,39 @@ def test_forward_only_cuda_pairs_sharing_a_warp(rng, gamma):
     keep = torch.tensor([True, True, False, True, True])
     assert not torch.isnan(got[keep]).any()
     assert rel_err(got[keep], want[keep]) < 1e-12
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "N, M, D, dtype, gamma, bandwidth",
+    [
+        (1, 5, 1, torch.float32, 0.0, None),  # (length 1: a lane a pair)
+        (20, 13, 1, torch.float32, 0.0, None),  # (pairs sharing a warp)
+        (20, 13, 1, torch.float64, 0.5, 3),
+        (64, 70, 1, torch.float32, 0.0, 9),
+        (128, 100, 1, torch.float32, 1.0, None),
+        (129, 128, 1, torch.float64, 0.0, None),
+        (256, 250, 8, torch.float32, 0.1, 20),
+        (512, 512, 1, torch.float32, 0.0, None),
+        (500, 512, 1, torch.float32, 1.0, 40),
+        (1000, 1024, 1, torch.float64, 0.0, 50),
+        (1024, 999, 2, torch.float32, 0.01, None),
+    ],
+)
+def test_gpu_table_kernels(rng, N, M, D, dtype, gamma, bandwidth):
+    """On the GPU the all-pairs table kernels equal the CPU backend's float64 values (itself
+    tested against the loop of pair calls): lengths, bands, D > 1, a NaN in a pair's first cell
+    and in its last column making only its own pairs NaN."""
+    X, Y = randn(rng, 9, N, D, device="cuda"), randn(rng, 7, M, D, device="cuda")
+    xl, yl = rng.integers(1, N + 1, 9).tolist(), rng.integers(1, M + 1, 7).tolist()
+    X[4, 0, 0] = Y[1, yl[1] - 1, 0] = float("nan")  # (the first cell; the last column)
+    kw = dict(gamma=gamma, bandwidth=bandwidth)
+    with torch.no_grad():
+        got = sdtw.cdist(X.to(dtype), Y.to(dtype), x_lengths=xl, y_lengths=yl, backend="cuda", **kw)
+    want = sdtw.cdist(X.cpu(), Y.cpu(), x_lengths=xl, y_lengths=yl, backend="cpu", **kw)
+    got = got.double().cpu()
+    assert torch.equal(got.isnan(), want.isnan()) and got.isnan()[4].all()
+    assert got.isnan()[:, 1].all() and int(got.isnan().sum()) == 7 + 9 - 1
+    ok = ~want.isnan()
+    assert rel_err(got[ok], want[ok]) < (1e-12 if dtype == torch.float64 else 1e-5)
