@@ -83,7 +83,9 @@ def test_wavefront_kernels_match_the_reference(rng, B, N, M, D, bandwidth, lengt
         (4, 1, 65, 12, 4, None),  # 1 row, the third warp's first thread the last
         (4, 1, 200, 3, None, None),  # 2 rows, every warp boundary crossed
         (2, 3, 40, 12, 2, ([40, 17, 1], [12, 3, 5])),
-        (8, 1, 40, 3, None, None),  # (the override's widest block)
+        (8, 1, 40, 3, None, None),
+        # (the rule's widest block, a row a thread: 25 s in the simulator)
+        pytest.param(16, 1, 300, 3, None, None, marks=pytest.mark.slow),
     ],
 )
 def test_several_warps_per_task(rng, warps, B, N, M, bandwidth, lengths):
@@ -106,7 +108,9 @@ def test_diagonal_kernels_past_max_n(rng):
 
 
 def test_the_rule_for_rows_and_warps():
-    assert _shape(512, 32, 132) == (4, 4)  # few tasks: 4 warps each
+    assert _shape(512, 32, 132) == (1, 16)  # few tasks: a row a thread up to 16 warps
+    assert _shape(300, 32, 132) == (1, 16) and _shape(256, 32, 132) == (1, 8)
+    assert _shape(1024, 32, 132) == (8, 4)  # (longer: 4 warps)
     assert _shape(512, 4 * 132, 132) == (16, 1)  # a warp for each sub-partition
     assert _shape(513, 4 * 132, 132) == (16, 2)  # past 16 rows a thread: more warps
     assert _shape(1, 1, 132) == (1, 1) and _shape(40, 1, 132) == (1, 2)

@@ -7,11 +7,12 @@ backward, float64 arithmetic throughout.
 Wavefront kernels (N up to ``MAX_N`` = 2048).  One block of ``W`` warps per (pair, channel)
 task; its thread ``t`` owns the strip of ``ROWS`` consecutive rows ``t ROWS, ...,
 t ROWS + ROWS - 1`` (``ROWS`` a compile-time power of two with ``32 W ROWS >= N``).  ``W`` =
-1 when there are tasks enough to give every SM sub-partition a warp, else up to 4, one per
-32 rows (:func:`_shape`): the arithmetic is float64 (libdevice ``exp``/``log1p``, a few
-hundred float64 instructions a cell), so a warp runs at the 16 float64 lanes of its
-sub-partition, and a few tasks need several warps each to use more than one sub-partition
-of their SM.  The row loops are unrolled (:func:`_unrolled`), so the strip's values on the
+1 when there are tasks enough to give every SM sub-partition a warp, else one per 32 rows up
+to 16 (N <= 512: a row a thread) or 4 warps (longer; :func:`_shape`): the arithmetic is
+float64 (libdevice ``exp``/``log1p``, a few hundred float64 instructions a cell), so a warp
+runs at the 16 float64 lanes of its sub-partition, and a few tasks need several warps each
+to use more than one sub-partition of their SM and to shorten a step's chain of rows.  The
+row loops are unrolled (:func:`_unrolled`), so the strip's values on the
 steps' dependency chains (``R``, and ``G`` in the backward) sit in registers; its samples
 ``x_i`` and its ``x`` gradients, off those chains, in shared memory (one column per thread);
 ``x_{i-1}`` of its first row in a register.
@@ -333,13 +334,19 @@ def _shape(N: int, tasks: int, sms: int, warps: int | None = None) -> tuple[int,
     """``(rows, warps)`` of the wavefront kernels for N rows and ``tasks`` (pair, channel)
     tables on ``sms`` multiprocessors (None past ``MAX_N`` rows).  ``warps`` per task, unless
     given: one once the tasks give each of the SMs' 4 sub-partitions a warp (the fewest
-    steps), else up to 4, one per 32 rows (a warp's float64 arithmetic runs on one
-    sub-partition's 16 float64 lanes), and more where ``MAX_ROWS`` rows per thread do not
-    cover N.  ``rows``: the smallest power of two that covers N."""
+    steps), else one per 32 rows (a warp's float64 arithmetic runs on one sub-partition's 16
+    float64 lanes, and a step's rows are a chain of latencies that more warps shorten): up to
+    16 for N <= 512 (a row a thread; on an H100 at B = 32, N = 512 a step took 5.6 ms with 16
+    warps, 6.7 with 8, 9.2 with 4), 4 beyond (not measured wider: a block of 16 warps must fit
+    its registers, 128 a thread), and more where ``MAX_ROWS`` rows per thread do not cover
+    N.  ``rows``: the smallest power of two that covers N."""
     if N > MAX_N:
         return None
     if warps is None:
-        few = 1 if tasks >= 4 * sms else min(4, -(-N // WARP))
+        few = 1
+        if tasks < 4 * sms:  # (a power of two: few kernels to compile)
+            while few < min(16 if N <= 16 * WARP else 4, -(-N // WARP)):
+                few *= 2
         warps = max(few, -(-N // (WARP * MAX_ROWS)))
     rows = 1
     while WARP * warps * rows < N:
@@ -503,7 +510,7 @@ def msm_cuda(
     pair's lengths and band offsets.  No autograd.
 
     N up to ``MAX_N``: the wavefront kernels, one block of ``warps`` warps (None:
-    :func:`_shape`'s rule, 1 to 4; an override up to 8, with rows times warps at most 64) per
+    :func:`_shape`'s rule, 1 to 16; an override up to 16, with rows times warps at most 64) per
     (pair, channel); beyond, the diagonal kernels."""
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
