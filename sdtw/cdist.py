@@ -33,10 +33,8 @@ __all__ = ["cdist", "chunk_pairs"]
 #: The working memory a chunk aims at (its cost tensors and tables), in bytes.
 CHUNK_BYTES = 256 * 2**20
 #: Pairs per call of a backend's forward-only table kernel (no memory per pair to bound): at
-#: least this many, and at least :data:`TABLE_CELLS` cells, so that a call's fixed host cost
-#: (a launch, its arguments) hides behind the kernel's work however short the series.
+#: least this many, and at least the backend's ``table_cells`` cells.
 TABLE_PAIRS = 2**14
-TABLE_CELLS = 2**32
 #: ``progress=None`` shows a bar when the first chunk says the whole job takes longer than this.
 PROGRESS_AFTER_S = 5.0
 
@@ -88,17 +86,19 @@ def _run_pairs(
     recurrence: Recurrence = SOFTDTW,
     table_step: int | None = None,
 ) -> torch.Tensor:
-    """Values (P,) of the pairs ``(X[i[p]], Y[j[p]])``, ``step`` pairs per call (``table_step``
-    where the backend has a forward-only kernel that reads the rows in place, which needs no
-    memory per pair), each call planned with ``recurrence``."""
+    """Values (P,) of the pairs ``(X[i[p]], Y[j[p]])``, ``step`` pairs per call (where the
+    backend has a forward-only kernel that reads the rows in place, which needs no memory per
+    pair: ``table_step``, or None: :data:`TABLE_PAIRS` and the backend's ``table_cells`` at
+    least), each call planned with ``recurrence``."""
     out = [X.new_zeros(0)]  # (a rank may have no pairs)
     table = None
     if not grad:
         table = engine.plan_pairs(opts, X, Y, xl is not None, False, recurrence)
+    cells = max(X.shape[1], 1) * max(Y.shape[1], 1)  # (a pair's table)
     s = 0
     while s < i.numel():
         if table is not None:
-            n = table_step or step
+            n = table_step or max(step, TABLE_PAIRS, table.backend.table_cells // cells)
             v = table.backend.table_values(table, X, Y, i[s : s + n], j[s : s + n], xl, yl)
             if v is not None:
                 out.append(v)
@@ -199,7 +199,8 @@ def cdist(
         Each series' own length in a padded batch (``y_lengths`` must be None when ``Y`` is).
     chunk : int or None
         Pairs per engine call; None: as many as fit 256 MiB of cost and tables
-        (:func:`chunk_pairs`).
+        (:func:`chunk_pairs`), or where the values come from a forward-only kernel that reads
+        the rows in place, 16384 pairs and on CUDA 2^32 cells at least.
     progress : bool or None
         A tqdm progress bar over the pairs; None: shown when the first chunk says the whole
         job takes more than 5 s.
@@ -248,10 +249,7 @@ def cdist(
     step = chunk_pairs(P, max(N, M), max(N, M), D, grad, chunk, tables)
     bar = _Progress(P, progress)
     # (a forward-only table kernel holds nothing per pair: chunks as large as a launch wants)
-    table_step = chunk
-    if chunk is None:
-        table_step = max(step, TABLE_PAIRS, TABLE_CELLS // (max(N, 1) * max(M, 1)))
-    run_pairs = functools.partial(_run_pairs, recurrence=recurrence, table_step=table_step)
+    run_pairs = functools.partial(_run_pairs, recurrence=recurrence, table_step=chunk)
     run = _sharded(run_pairs, group, grad) or run_pairs
     try:
         with torch.set_grad_enabled(grad):

@@ -52,12 +52,14 @@ __all__ = ["MAX_ROWS", "table_values"]
 LANES = 32
 #: Rows per lane of the widest kernel: N up to 32 x 32 = 1024 rows per pair.
 MAX_ROWS = 32
-#: The fewest rows per lane where N allows, by (exact, float64 inputs, D = 1): pairs shorter
-#: than 32 x this share a warp.  More rows a lane spread a step's fixed work (the shuffle, the
-#: step's tests) over more cells, until the strip's registers cost occupancy or spill.
+#: The fewest rows per lane where N allows, by (exact, float64 inputs, D = 1): tables of at
+#: most 16 x this rows (the padded N) put several pairs in a warp.  More rows a lane spread a
+#: step's fixed work (the shuffle, the step's tests) over more cells, until the strip's
+#: registers cost occupancy or spill (on an H100: exact DTW with D = 1 fastest with 32,
+#: float64 too; soft-DTW and D > 1 with 8).
 MIN_ROWS = {
     (True, False, True): 32,
-    (True, True, True): 8,
+    (True, True, True): 32,
     (True, False, False): 8,
     (True, True, False): 8,
     (False, False, True): 8,

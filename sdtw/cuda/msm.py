@@ -7,8 +7,9 @@ backward, float64 arithmetic throughout.
 Wavefront kernels (N up to ``MAX_N`` = 2048).  One block of ``W`` warps per (pair, channel)
 task; its thread ``t`` owns the strip of ``ROWS`` consecutive rows ``t ROWS, ...,
 t ROWS + ROWS - 1`` (``ROWS`` a compile-time power of two with ``32 W ROWS >= N``).  ``W`` =
-1 when there are tasks enough to give every SM sub-partition a warp, else one per 32 rows up
-to 16 (N <= 512: a row a thread) or 4 warps (longer; :func:`_shape`): the arithmetic is
+1 when there are tasks enough to give every SM sub-partition a warp, else one per 32 rows
+(rounded up to a power of two) up to 16 (N <= 512: a row a thread) or 4 warps (longer;
+:func:`_shape`): the arithmetic is
 float64 (libdevice ``exp``/``log1p``, a few hundred float64 instructions a cell), so a warp
 runs at the 16 float64 lanes of its sub-partition, and a few tasks need several warps each
 to use more than one sub-partition of their SM and to shorten a step's chain of rows.  The
@@ -334,12 +335,13 @@ def _shape(N: int, tasks: int, sms: int, warps: int | None = None) -> tuple[int,
     """``(rows, warps)`` of the wavefront kernels for N rows and ``tasks`` (pair, channel)
     tables on ``sms`` multiprocessors (None past ``MAX_N`` rows).  ``warps`` per task, unless
     given: one once the tasks give each of the SMs' 4 sub-partitions a warp (the fewest
-    steps), else one per 32 rows (a warp's float64 arithmetic runs on one sub-partition's 16
-    float64 lanes, and a step's rows are a chain of latencies that more warps shorten): up to
-    16 for N <= 512 (a row a thread; on an H100 at B = 32, N = 512 a step took 5.6 ms with 16
-    warps, 6.7 with 8, 9.2 with 4), 4 beyond (not measured wider: a block of 16 warps must fit
-    its registers, 128 a thread), and more where ``MAX_ROWS`` rows per thread do not cover
-    N.  ``rows``: the smallest power of two that covers N."""
+    steps), else one per 32 rows, rounded up to a power of two (a warp's float64 arithmetic
+    runs on one sub-partition's 16 float64 lanes, and a step's rows are a chain of latencies
+    that more warps shorten): up to 16 for N <= 512 (a row a thread; on an H100 at B = 32,
+    N = 512 a step took 5.6 ms with 16 warps, 6.7 with 8, 9.2 with 4), 4 beyond (not measured
+    wider: a block of 16 warps must fit its registers, 128 a thread), and more where
+    ``MAX_ROWS`` rows per thread do not cover N; an override up to 16.  ``rows``: the smallest
+    power of two that covers N."""
     if N > MAX_N:
         return None
     if warps is None:
@@ -352,7 +354,7 @@ def _shape(N: int, tasks: int, sms: int, warps: int | None = None) -> tuple[int,
     while WARP * warps * rows < N:
         rows *= 2
     # (registers: 16 rows at most; shared memory: the strips' x and x gradients, 32 KB at most)
-    assert rows <= MAX_ROWS and rows * warps <= 64, (N, warps)
+    assert rows <= MAX_ROWS and warps <= 16 and rows * warps <= 64, (N, warps)
     return rows, warps
 
 

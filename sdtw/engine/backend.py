@@ -66,6 +66,9 @@ class Backend:
 
     name: str
     caps: Capabilities
+    #: The fewest cells a call of :meth:`table_values` should get (0: no floor): a call whose
+    #: fixed host cost (a GPU launch and its arguments) would show beside its kernel's work.
+    table_cells: int = 0
 
     # -- rules the planner asks --------------------------------------------------------------
     def usable(self, device: torch.device) -> tuple[bool, str]:
