@@ -419,9 +419,9 @@ _backward_parallel, _backward_serial = parallel_and_serial(_backward_kernel, **L
 
 def use_msm_lanes(tasks: int) -> bool:
     """Whether Soft-MSM runs as lanes: at least half a group of tasks (pair-channels) per
-    thread, and at most a quarter more lanes than tasks (R has a table per lane)."""
-    lanes = -(-tasks // MSM_LANES) * MSM_LANES
-    return tasks >= MSM_LANES // 2 * min(2, get_num_threads()) and 4 * lanes <= 5 * tasks
+    thread.  A part-full group still beats a task per thread (17 tasks took 1.9x longer that
+    way than 32 as lanes); R holds a table per lane, up to 15 more than tasks."""
+    return tasks >= MSM_LANES // 2 * min(2, get_num_threads())
 
 
 def _serial(groups: int, tasks: int, N: int, M: int) -> bool:

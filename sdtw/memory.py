@@ -45,11 +45,13 @@ def available_bytes() -> int | None:
         return None
 
 
-def cpu_full_bytes(B: int, N: int, M: int, grad: bool) -> int:
+def cpu_full_bytes(B: int, N: int, M: int, grad: bool, lanes: int = 0) -> int:
     """Peak of the CPU backend's full mode from sequences, beyond the inputs: the float64 cost
     (B, N, M) and the DP table (B, N + 1, M + 1) in the forward; with ``grad`` the table and E
-    (B, N, M) in the backward (the cost freed by then): the same size."""
-    return 8 * (B * N * M + B * (N + 1) * (M + 1))
+    (B, N, M) in the backward (the cost freed by then): the same size.  Where the pairs run as
+    SIMD lanes (``lanes`` tables, whole groups: :mod:`sdtw.cpu_lanes`), no cost tensor but a
+    table per lane: the larger of the two."""
+    return 8 * max(B * N * M + B * (N + 1) * (M + 1), lanes * (N + 1) * (M + 1))
 
 
 def cpu_checkpoint_bytes(B: int, N: int, M: int, K: int, threads: int, grad: bool) -> int:

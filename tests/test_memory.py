@@ -298,3 +298,22 @@ def test_gpu_auto_checkpoints_where_the_full_mode_would_not_fit(rng, monkeypatch
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (need, 4 * need))
     sdtw.softdtw(x, y).sum().backward()
     assert taken == [True]
+
+
+def test_the_cpu_model_counts_the_lanes_tables():
+    """The CPU full mode's model: a cost and a table per pair, or where the pairs run as SIMD
+    lanes a table per lane and no cost (whole groups of 16: 32 tables for 17 pairs), the
+    larger; the backend asks it with the lanes its rule picks."""
+    from sdtw.cpu_lanes import lane_count, use_lanes
+    from sdtw.engine import Options
+    from sdtw.engine.cpu import CPUBackend
+
+    pairs = 8 * (17 * 40 * 30 + 17 * 41 * 31)
+    assert memory_model.cpu_full_bytes(17, 40, 30, True) == pairs
+    assert memory_model.cpu_full_bytes(17, 40, 30, True, lanes=32) == pairs
+    assert memory_model.cpu_full_bytes(17, 2, 1, True, lanes=32) == 8 * 32 * 3 * 2
+    x, y = torch.zeros(17, 2, 1), torch.zeros(17, 1, 1)
+    opts = Options.make(gamma=1.0, bandwidth=None, normalize=False, dist="sqeuclidean",
+                        fused=None, backend="cpu")  # fmt: skip
+    assert use_lanes(17, "sqeuclidean") and lane_count(17) == 32
+    assert CPUBackend()._full_bytes(opts, x, y, True) == 8 * 32 * 3 * 2

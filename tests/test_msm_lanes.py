@@ -30,7 +30,8 @@ def _value_and_grads(backend, x, y, upstream, **kw):
 
 def test_the_lanes_serve_batches_of_sixteen_tasks_and_more():
     assert use_msm_lanes(MSM_LANES) and use_msm_lanes(5 * MSM_LANES)
-    assert not use_msm_lanes(3) and not use_msm_lanes(MSM_LANES + 1)  # (mostly idle lanes)
+    assert not use_msm_lanes(3)  # (mostly idle lanes)
+    assert use_msm_lanes(MSM_LANES + 1)  # (a part-full group beats a task per thread)
 
 
 # B D tasks: two groups, one with an idle lane; channels split across groups
@@ -43,6 +44,7 @@ def test_the_lanes_serve_batches_of_sixteen_tasks_and_more():
         (10, 10, 7, 3, 2, 0.1),
         (16, 12, 12, 1, 3, 1e-3),
         (16, 8, 9, 1, None, 30.0),
+        (17, 7, 8, 1, None, 1.0),  # (a second group with one task)
     ],
 )
 @pytest.mark.parametrize("normalize", [False, True])

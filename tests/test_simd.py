@@ -194,6 +194,8 @@ def test_cdist_takes_the_lane_kernel(rng):
         (28, 9, 13, 3, 0.1, 2.5, True),  # (a group part full, lengths, a band)
         (16, 1, 5, 2, 1e-3, None, False),  # (length 1, small gamma)
         (40, 33, 31, 1, 0.01, None, True),  # (three groups: the parallel kernels)
+        (17, 12, 10, 2, 0.5, None, True),  # (a second group with one pair)
+        (24, 10, 11, 1, 1.0, 3, False),  # (a half-full second group)
     ],
 )
 def test_full_mode_lanes_match_the_reference(rng, B, N, M, D, gamma, bandwidth, lengths):
@@ -203,7 +205,7 @@ def test_full_mode_lanes_match_the_reference(rng, B, N, M, D, gamma, bandwidth, 
     from sdtw.cpu_lanes import use_lanes
 
     assert use_lanes(B, "sqeuclidean") and not use_lanes(B, "l1")
-    assert not use_lanes(17, "sqeuclidean")  # (32 lanes for 17 pairs: the scalar kernels)
+    assert use_lanes(17, "sqeuclidean")  # (32 lanes for 17 pairs: still far faster)
     x, y = randn(rng, B, N, D), randn(rng, B, M, D)
     kw = dict(gamma=gamma, bandwidth=bandwidth)
     if lengths:

@@ -19,6 +19,7 @@ from sdtw.cpu_fused import (
     segment_rows,
     value_and_grads,
 )
+from sdtw.cpu_lanes import lane_count, use_lanes
 from sdtw.engine.backend import Backend, Capabilities
 from sdtw.engine.pairs import Pairs
 
@@ -71,16 +72,19 @@ class CPUBackend(Backend):
         recurrences=("softdtw", "dtw", "softmsm"),
     )
 
-    def _full_bytes(self, x, y, grad: bool) -> int:
-        return memory_model.cpu_full_bytes(x.shape[0], x.shape[1], y.shape[1], grad)
+    def _full_bytes(self, opts, x, y, grad: bool) -> int:
+        B = x.shape[0]
+        lanes = lane_count(B) if use_lanes(B, opts.dist) else 0
+        return memory_model.cpu_full_bytes(B, x.shape[1], y.shape[1], grad, lanes)
 
     def reads_memory(self, opts, x, y, grad: bool) -> bool:
-        return opts.memory == "auto" and self._full_bytes(x, y, grad) >= memory_model.QUERY_FROM
+        need = self._full_bytes(opts, x, y, grad)
+        return opts.memory == "auto" and need >= memory_model.QUERY_FROM
 
     def full_too_big(self, opts, x, y, grad: bool) -> bool:
         # (below QUERY_FROM the full mode is taken without reading the free memory: a read per
         # call would cost a small call more host time than its kernels)
-        need = self._full_bytes(x, y, grad)
+        need = self._full_bytes(opts, x, y, grad)
         if need < memory_model.QUERY_FROM:
             return False
         free = memory_model.available_bytes()
