@@ -78,8 +78,9 @@ class CPUBackend(Backend):
         return memory_model.cpu_full_bytes(B, x.shape[1], y.shape[1], grad, lanes)
 
     def reads_memory(self, opts, x, y, grad: bool) -> bool:
-        need = self._full_bytes(opts, x, y, grad)
-        return opts.memory == "auto" and need >= memory_model.QUERY_FROM
+        if opts.memory != "auto":
+            return False
+        return self._full_bytes(opts, x, y, grad) >= memory_model.QUERY_FROM
 
     def full_too_big(self, opts, x, y, grad: bool) -> bool:
         # (below QUERY_FROM the full mode is taken without reading the free memory: a read per
