@@ -16,7 +16,7 @@ from sdtw.band import band_offsets, pair_offsets
 from sdtw.cpu import _tables
 from sdtw.cuda.msm import MAX_N, _shape, msm_cuda
 from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
-from tests.conftest import requires_sim
+from tests.conftest import requires_gpu, requires_sim
 
 C, GAMMA = 0.7, 0.3
 
@@ -124,3 +124,26 @@ def test_gradients_are_deterministic():
     first = run(np.random.default_rng(0), 2, 40, 9, 1, 5, None)
     again = run(np.random.default_rng(0), 2, 40, 9, 1, 5, None)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("N", [128, 300, 512, 513, 1024, 2048])
+def test_gpu_every_shape_of_the_rule(rng, N):
+    """On the GPU, each shape the rule picks for few tasks (a row a thread on up to 16 warps to
+    N = 512, 4 warps with more rows beyond) launches and equals the CPU's float64 Soft-MSM:
+    values and gradients, per-pair lengths, an upstream gradient other than ones."""
+    B, M = 3, 40
+    x = torch.as_tensor(rng.standard_normal((B, N, 1)))
+    y = torch.as_tensor(rng.standard_normal((B, M, 1)))
+    xl, yl = [N, N // 2 + 1, 1], [M, 7, M - 1]
+    upstream = torch.tensor([0.7, -1.3, 2.0], dtype=torch.float64)
+    out = []
+    for device in ("cuda", "cpu"):
+        a, b = x.to(device).requires_grad_(), y.to(device).requires_grad_()
+        kw = dict(c=C, gamma=GAMMA, x_lengths=xl, y_lengths=yl, backend=device)
+        v = sdtw.soft_msm(a, b, **kw)
+        out.append((v, *torch.autograd.grad(v, (a, b), upstream.to(device))))
+    for got, want in zip(out[0], out[1], strict=True):
+        np.testing.assert_allclose(got.detach().cpu().numpy(), want.detach().numpy(),
+                                   rtol=1e-10, atol=1e-11)  # fmt: skip
