@@ -143,7 +143,9 @@ def test_band_and_lengths_match_the_oracle(rng, backend, recurrence, bandwidth):
     assert torch.equal(x_pad.grad[1, 4:], torch.zeros_like(x_pad.grad[1, 4:]))
 
 
-@pytest.mark.parametrize("backend, shape", _cases([(6, 6), (6, 4)], default=((6, 4),)))
+# (the simulator's CUDA runs take 17 s each: all in the slow set; test_cuda's
+# test_sim_matches_reference keeps a CUDA divergence in the default suite)
+@pytest.mark.parametrize("backend, shape", _cases([(6, 6), (6, 4)], default=None))
 def test_divergence_is_its_three_terms(rng, backend, shape):
     N, M = shape
     x, y = randn(rng, 2, N, 2).requires_grad_(), randn(rng, 2, M, 2)

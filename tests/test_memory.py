@@ -222,6 +222,7 @@ def test_cuda_checkpoint_equals_full(rng, N, M, D, dtype, kw):
 
 @requires_sim
 @pytest.mark.cudasim
+@pytest.mark.slow  # (11 s in the simulator)
 def test_cuda_checkpoint_allocates_no_n_by_m_buffer(rng, monkeypatch):
     """Every tensor the checkpointed call allocates is at most the forward's boundary buffer
     (rows and column checkpoints: about N M / 16 elements per pair here), none (B, N, M)."""

@@ -183,7 +183,9 @@ def test_float32_cost_tensor_past_its_range(rng):
     answers as the CPU backend does for that cost, +inf and gradient 0 (the fused path's
     float64 distances keep them finite, above)."""
     x, y = randn(rng, 2, 4, 3, dtype=torch.float32), randn(rng, 2, 5, 3, dtype=torch.float32)
-    x[0] *= 1e20
+    # (every sample at least 0.5e20 in magnitude: a row of tiny samples would keep its
+    # distances below float32's 3.4e38)
+    x[0] = (x[0].abs() + 0.5).copysign(x[0]) * 1e20
     v, gx, gy = _pair_grads("cuda", dict(fused=False), {}, x, y, GO)
     cost = sdtw.distances.sqeuclidean(x.double(), y.double()).float()
     assert torch.isinf(cost[0]).all()
