@@ -263,7 +263,7 @@ def lane_forward(x: np.ndarray, y: np.ndarray, gamma: float, tables: tuple) -> t
     ``tables`` = (n, m, lo, hi), and the lanes' padded tables R (groups, N + 1, M + 1, L) for
     :func:`lane_backward`."""
     B, N, M, L = x.shape[0], x.shape[1], y.shape[1], FULL_LANES
-    R = np.empty((-(-B // L), N + 1, M + 1, L))
+    R = np.empty((lane_count(B) // L, N + 1, M + 1, L))
     out = np.empty(B)
     serial = R.shape[0] == 1 or _serial(B, N, M)
     kernel = _forward_serial if serial else _forward_parallel
