@@ -187,57 +187,71 @@ def group(X, Y, ns, ms, los, his, p0, L):
 
 def _forward_kernel(X, Y, gamma, ns, ms, los, his, R, out):
     """Group q's padded tables into ``R[q]`` (N + 1, M + 1, L), values into ``out``."""
+    for q in prange(R.shape[0]):
+        _forward_group(X, Y, gamma, ns, ms, los, his, R, out, np.int64(q))
+
+
+@_block
+def _forward_group(X, Y, gamma, ns, ms, los, his, R, out, q):
+    """:func:`_forward_kernel`'s iteration ``q`` (the parallel and the serial kernel call it: one
+    compile, and a short one of the parallel loop)."""
     L = R.shape[3]
     ig = 1.0 / gamma
-    for q in prange(R.shape[0]):
-        p0 = q * L
-        k, n, m, lo, hi, xs, ys = group(X, Y, ns, ms, los, his, p0, L)
-        N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
-        Rq = R[q]
-        Rq[0, :, :] = math.inf
-        Rq[0, 0, :] = 0.0
-        Rq[N + 1 :, :, :] = math.inf  # (R's rows past the group's tables)
-        C = np.empty((M, L))
-        a, b = np.empty(L, np.int64), np.empty(L, np.int64)
-        for i in range(N):
-            j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
-            # (only the cells outside the union of the bands are filled: one pass over R)
-            Rq[i + 1, : j0 + 1, :] = math.inf
-            Rq[i + 1, j1 + 1 :, :] = math.inf
-            spans(i, n, m, lo, hi, a, b)
-            cost_row(xs, ys, i, j0, j1, C)
-            soft_row(Rq[i], Rq[i + 1], C, j0, j1, a, b, gamma, ig)
-        for g in range(k):
-            out[p0 + g] = Rq[n[g], m[g], g]
+    p0 = q * L
+    k, n, m, lo, hi, xs, ys = group(X, Y, ns, ms, los, his, p0, L)
+    N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
+    Rq = R[q]
+    Rq[0, :, :] = math.inf
+    Rq[0, 0, :] = 0.0
+    Rq[N + 1 :, :, :] = math.inf  # (R's rows past the group's tables)
+    C = np.empty((M, L))
+    a, b = np.empty(L, np.int64), np.empty(L, np.int64)
+    for i in range(N):
+        j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
+        # (only the cells outside the union of the bands are filled: one pass over R)
+        Rq[i + 1, : j0 + 1, :] = math.inf
+        Rq[i + 1, j1 + 1 :, :] = math.inf
+        spans(i, n, m, lo, hi, a, b)
+        cost_row(xs, ys, i, j0, j1, C)
+        soft_row(Rq[i], Rq[i + 1], C, j0, j1, a, b, gamma, ig)
+    for g in range(k):
+        out[p0 + g] = Rq[n[g], m[g], g]
 
 
 def _backward_kernel(X, Y, gamma, ns, ms, los, his, R, gout, GX, GY):
     """``GX``, ``GY`` (zeroed) += the gradients of ``gout[b] * value[b]`` wrt x, y."""
+    for q in prange(R.shape[0]):
+        _backward_group(X, Y, gamma, ns, ms, los, his, R, gout, GX, GY, np.int64(q))
+
+
+@_block
+def _backward_group(X, Y, gamma, ns, ms, los, his, R, gout, GX, GY, q):
+    """:func:`_backward_kernel`'s iteration ``q`` (the parallel and the serial kernel call it: one
+    compile, and a short one of the parallel loop)."""
     L = R.shape[3]
     ig = 1.0 / gamma
-    for q in prange(R.shape[0]):
-        p0 = q * L
-        k, n, m, lo, hi, xs, ys = group(X, Y, ns, ms, los, his, p0, L)
-        N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
-        gxs, gys = np.zeros_like(xs), np.zeros_like(ys)
-        # E's two rows by index, not by swapping names: Numba's parfor passes took over ten
-        # minutes to compile the swap inside the prange loop
-        E = np.zeros((2, M + 1, L))
-        cur = 0
-        Rq = R[q]
-        for i in range(N - 1, -1, -1):
-            E1 = E[cur]
-            for g in range(L):
-                if i == n[g] - 1:
-                    E1[m[g], g] = gout[p0 + min(g, k - 1)]
-            j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
-            push_row(Rq[i], Rq[i + 1], E[1 - cur], E1, j0, j1, ig)
-            grad_row(xs, ys, i, j0, j1, E1, gxs, gys)
-            cur = 1 - cur
-            E[1 - cur, :, :] = 0.0
-        for g in range(k):
-            GX[p0 + g, : n[g], :] = gxs[: n[g], :, g]
-            GY[p0 + g, : m[g], :] = gys[: m[g], :, g]
+    p0 = q * L
+    k, n, m, lo, hi, xs, ys = group(X, Y, ns, ms, los, his, p0, L)
+    N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
+    gxs, gys = np.zeros_like(xs), np.zeros_like(ys)
+    # E's two rows by index, not by swapping names: Numba's parfor passes took over ten
+    # minutes to compile the swap inside the prange loop
+    E = np.zeros((2, M + 1, L))
+    cur = 0
+    Rq = R[q]
+    for i in range(N - 1, -1, -1):
+        E1 = E[cur]
+        for g in range(L):
+            if i == n[g] - 1:
+                E1[m[g], g] = gout[p0 + min(g, k - 1)]
+        j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
+        push_row(Rq[i], Rq[i + 1], E[1 - cur], E1, j0, j1, ig)
+        grad_row(xs, ys, i, j0, j1, E1, gxs, gys)
+        cur = 1 - cur
+        E[1 - cur, :, :] = 0.0
+    for g in range(k):
+        GX[p0 + g, : n[g], :] = gxs[: n[g], :, g]
+        GY[p0 + g, : m[g], :] = gys[: m[g], :, g]
 
 
 _forward_parallel, _forward_serial = parallel_and_serial(_forward_kernel, **LANE_FLAGS)

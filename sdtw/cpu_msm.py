@@ -208,67 +208,77 @@ def _forward_kernel(x, y, c, gamma, ns, ms, los, his, R, values, group):
     """R (B D, N, M): task t = b D + d is pair b's channel d; ``+inf`` outside its table and
     band; ``values[t] = R[t, n_b - 1, m_b - 1]``.  Tasks go in groups of ``group`` (1, 2
     or 4) whose rows' chains a thread runs side by side (the core overlaps them), when the
-    group's tables have the same shape and band (else one at a time)."""
+    group's tables have the same shape and band (else one at a time).  (The loop's body is a
+    function of its own, shared by the parallel and the serial kernel: Numba compiles it once,
+    and the parallel kernel in a fraction of the time it took with the body inside; the
+    index is cast to int64 so that both kernels call one signature.)"""
+    T = x.shape[0] * x.shape[2]
+    for g in prange((T + group - 1) // group):
+        _forward_group(x, y, c, gamma, ns, ms, los, his, R, values, group, np.int64(g))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _forward_group(x, y, c, gamma, ns, ms, los, his, R, values, group, g):
+    """:func:`_forward_kernel`'s group ``g``."""
     B, _, D = x.shape
     T = B * D
     M = y.shape[1]
     ig = 1.0 / gamma
-    for g in prange((T + group - 1) // group):
-        t0 = g * group
-        k = min(group, T - t0)
-        n, m, lo, hi = ns[t0 // D], ms[t0 // D], los[t0 // D], his[t0 // D]
-        same = True
-        for t in range(t0 + 1, t0 + k):
-            b = t // D
-            same &= ns[b] == n and ms[b] == m and los[b] == lo and his[b] == hi
-        for s in range(k if not same else 1):
-            t = t0 + s
-            if not same:  # (one task at a time: lanes 1..3 alias lane 0 and stay idle)
-                n, m, lo, hi = ns[t // D], ms[t // D], los[t // D], his[t // D]
-            w = k if same else 1
-            # lanes (absent ones alias lane 0; their guarded work never runs)
-            t1, t2, t3 = t + min(1, w - 1), t + min(2, w - 1), t + w - 1
-            lane0 = _lane(x, y, t, D, n, m, ig, R)
-            lane1 = _lane(x, y, t1, D, n, m, ig, R) if w > 1 else lane0
-            lane2 = _lane(x, y, t2, D, n, m, ig, R) if w > 2 else lane0
-            lane3 = _lane(x, y, t3, D, n, m, ig, R) if w > 3 else lane2
-            R0, xs0, dx0, ex0, ys0, dy0, ey0 = lane0
-            R1, xs1, dx1, ex1, ys1, dy1, ey1 = lane1
-            R2, xs2, dx2, ex2, ys2, dy2, ey2 = lane2
-            R3, xs3, dx3, ex3, ys3, dy3, ey3 = lane3
-            P0, P1, P2, P3 = np.empty(M + 1), np.empty(M + 1), np.empty(M + 1), np.empty(M + 1)
-            C0, C1, C2, C3 = np.empty(M + 1), np.empty(M + 1), np.empty(M + 1), np.empty(M + 1)
-            j1 = min(m - 1, hi)
-            _first_row(R0, xs0, ys0, dy0, ey0, j1, c, gamma, ig)
+    t0 = g * group
+    k = min(group, T - t0)
+    n, m, lo, hi = ns[t0 // D], ms[t0 // D], los[t0 // D], his[t0 // D]
+    same = True
+    for t in range(t0 + 1, t0 + k):
+        b = t // D
+        same &= ns[b] == n and ms[b] == m and los[b] == lo and his[b] == hi
+    for s in range(k if not same else 1):
+        t = t0 + s
+        if not same:  # (one task at a time: lanes 1..3 alias lane 0 and stay idle)
+            n, m, lo, hi = ns[t // D], ms[t // D], los[t // D], his[t // D]
+        w = k if same else 1
+        # lanes (absent ones alias lane 0; their guarded work never runs)
+        t1, t2, t3 = t + min(1, w - 1), t + min(2, w - 1), t + w - 1
+        lane0 = _lane(x, y, t, D, n, m, ig, R)
+        lane1 = _lane(x, y, t1, D, n, m, ig, R) if w > 1 else lane0
+        lane2 = _lane(x, y, t2, D, n, m, ig, R) if w > 2 else lane0
+        lane3 = _lane(x, y, t3, D, n, m, ig, R) if w > 3 else lane2
+        R0, xs0, dx0, ex0, ys0, dy0, ey0 = lane0
+        R1, xs1, dx1, ex1, ys1, dy1, ey1 = lane1
+        R2, xs2, dx2, ex2, ys2, dy2, ey2 = lane2
+        R3, xs3, dx3, ex3, ys3, dy3, ey3 = lane3
+        P0, P1, P2, P3 = np.empty(M + 1), np.empty(M + 1), np.empty(M + 1), np.empty(M + 1)
+        C0, C1, C2, C3 = np.empty(M + 1), np.empty(M + 1), np.empty(M + 1), np.empty(M + 1)
+        j1 = min(m - 1, hi)
+        _first_row(R0, xs0, ys0, dy0, ey0, j1, c, gamma, ig)
+        if w > 1:
+            _first_row(R1, xs1, ys1, dy1, ey1, j1, c, gamma, ig)
+        if w > 2:
+            _first_row(R2, xs2, ys2, dy2, ey2, j1, c, gamma, ig)
+            _first_row(R3, xs3, ys3, dy3, ey3, j1, c, gamma, ig)
+        for i in range(1, n):
+            j0, j1 = max(0, i - lo), min(m - 1, i + hi)
+            _candidates(P0, C0, R0, i, j0, j1, xs0, dx0, ex0, ys0, dy0, ey0, c, gamma, ig)
             if w > 1:
-                _first_row(R1, xs1, ys1, dy1, ey1, j1, c, gamma, ig)
+                _candidates(P1, C1, R1, i, j0, j1, xs1, dx1, ex1, ys1, dy1, ey1, c, gamma, ig)
             if w > 2:
-                _first_row(R2, xs2, ys2, dy2, ey2, j1, c, gamma, ig)
-                _first_row(R3, xs3, ys3, dy3, ey3, j1, c, gamma, ig)
-            for i in range(1, n):
-                j0, j1 = max(0, i - lo), min(m - 1, i + hi)
-                _candidates(P0, C0, R0, i, j0, j1, xs0, dx0, ex0, ys0, dy0, ey0, c, gamma, ig)
+                _candidates(P2, C2, R2, i, j0, j1, xs2, dx2, ex2, ys2, dy2, ey2, c, gamma, ig)
+                _candidates(P3, C3, R3, i, j0, j1, xs3, dx3, ex3, ys3, dy3, ey3, c, gamma, ig)
+            # the chains (R[i, j0 - 1] is outside the band or the table)
+            r0, r1, r2, r3 = R0[i], R1[i], R2[i], R3[i]
+            l0 = l1 = l2 = l3 = _INF
+            for j in range(j0, j1 + 1):
+                l0 = _chain(P0[j], l0 + C0[j], gamma, ig)
+                r0[j] = l0
                 if w > 1:
-                    _candidates(P1, C1, R1, i, j0, j1, xs1, dx1, ex1, ys1, dy1, ey1, c, gamma, ig)
+                    l1 = _chain(P1[j], l1 + C1[j], gamma, ig)
+                    r1[j] = l1
                 if w > 2:
-                    _candidates(P2, C2, R2, i, j0, j1, xs2, dx2, ex2, ys2, dy2, ey2, c, gamma, ig)
-                    _candidates(P3, C3, R3, i, j0, j1, xs3, dx3, ex3, ys3, dy3, ey3, c, gamma, ig)
-                # the chains (R[i, j0 - 1] is outside the band or the table)
-                r0, r1, r2, r3 = R0[i], R1[i], R2[i], R3[i]
-                l0 = l1 = l2 = l3 = _INF
-                for j in range(j0, j1 + 1):
-                    l0 = _chain(P0[j], l0 + C0[j], gamma, ig)
-                    r0[j] = l0
-                    if w > 1:
-                        l1 = _chain(P1[j], l1 + C1[j], gamma, ig)
-                        r1[j] = l1
-                    if w > 2:
-                        l2 = _chain(P2[j], l2 + C2[j], gamma, ig)
-                        l3 = _chain(P3[j], l3 + C3[j], gamma, ig)
-                        r2[j] = l2
-                        r3[j] = l3
-            for tt in range(t, t + w):
-                values[tt] = R[tt, n - 1, m - 1]
+                    l2 = _chain(P2[j], l2 + C2[j], gamma, ig)
+                    l3 = _chain(P3[j], l3 + C3[j], gamma, ig)
+                    r2[j] = l2
+                    r3[j] = l3
+        for tt in range(t, t + w):
+            values[tt] = R[tt, n - 1, m - 1]
 
 
 # The backward: G, each cell's d value / d R, pushed from a cell to the tails of its three
@@ -304,10 +314,11 @@ def _unit_pushes(w_d, w_u, w_l, diff, dxi, dyj, Su, wau, Sl, wal, c):
     return w_u * u_v + w_d * dd + w_l * l_o, w_u * u_p, w_u * u_o - w_d * dd + w_l * l_v, w_l * l_p
 
 
-@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+@njit(cache=True, nogil=True, error_model="numpy")
 def _cell_scalar(W, j, r, r_diag, r_up, r_left, xi, dxi, exi, yj, dyj, eyj, c, gamma, ig):
     """Cell j's columns of W (the seven rows (w_diag, w_up, w_left, the four pushes)) in
-    scalar code: the first row and column, and cells whose transition sums underflow."""
+    scalar code: the first row and column, and cells whose transition sums underflow.  (A
+    call, not inlined: three call sites inlined tripled the backward's compile time.)"""
     diff = xi - yj
     em = exp_neg(-diff * diff * ig)
     Su, wau = _soft2(dxi, diff, exi, em, gamma, ig)
@@ -384,69 +395,75 @@ def _backward_kernel(x, y, c, gamma, ns, ms, los, his, R, grad_out, gx, gy):
     """Adds each task's gradient (times ``grad_out[b]``) into gx (B, N, D), gy (B, M, D)
     (zeroed by the caller).  ``G`` of two rows: the row's own (which its left edges feed)
     and the row above (which its up and match edges feed)."""
-    B, _, D = x.shape
+    for t in prange(x.shape[0] * x.shape[2]):
+        _backward_task(x, y, c, gamma, ns, ms, los, his, R, grad_out, gx, gy, np.int64(t))
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _backward_task(x, y, c, gamma, ns, ms, los, his, R, grad_out, gx, gy, t):
+    """:func:`_backward_kernel`'s task ``t``."""
+    D = x.shape[2]
     M = y.shape[1]
     ig = 1.0 / gamma
-    for t in prange(B * D):
-        b, d = t // D, t % D
-        n, m, lo, hi = ns[b], ms[b], los[b], his[b]
-        Rt = R[t]
-        xs, dx, ex = _legs(x[b, :, d], n, ig)
-        ys, dy, ey = _legs(y[b, :, d], m, ig)
-        # (seven arrays, not one 2D: LLVM vectorises stores only into separate allocations;
-        # a row's columns j0 - 1 and j1 + 1 are 0 when read)
-        w_d, w_u, w_l = np.zeros(M + 2), np.zeros(M + 2), np.zeros(M + 2)
-        to_xi, to_xp, to_yj, to_yp = (
-            np.zeros(M + 2),
-            np.zeros(M + 2),
-            np.zeros(M + 2),
-            np.zeros(M + 2),
-        )
-        W = (w_d, w_u, w_l, to_xi, to_xp, to_yj, to_yp)
-        cur, above, gyt = np.zeros(M + 2), np.zeros(M + 2), np.zeros(M + 1)
-        cur[m - 1] = grad_out[b]
-        for i in range(n - 1, -1, -1):
-            xi, dxi, exi = xs[i], dx[i], ex[i]
-            j0, j1 = max(0, i - lo), min(m - 1, i + hi)
-            row = Rt[i]
-            prev = Rt[i - 1] if i > 0 else row  # (not read for i = 0)
-            under = 0
-            if i > 0:
-                if j0 == 0:  # (up only)
-                    _cell_scalar(W, 0, row[0], _INF, prev[0], _INF, xi, dxi, exi, ys[0],
-                                 0.0, 1.0, c, gamma, ig)  # fmt: skip
-                under = _row_weights(w_d, w_u, w_l, row, prev, ys, dy, ey, xi, dxi, exi, c,
-                                     gamma, ig, max(j0, 1), j1)  # fmt: skip
-                _row_pushes(to_xi, to_xp, to_yj, to_yp, w_d, w_u, w_l, ys, dy, ey, xi, dxi, exi,
-                            c, gamma, ig, max(j0, 1), j1)  # fmt: skip
-            else:  # (left only; cell (0, 0) below)
-                for j in range(1, j1 + 1):
-                    _cell_scalar(W, j, row[j], _INF, _INF, row[j - 1], xi, 0.0, 1.0, ys[j],
-                                 dy[j], ey[j], c, gamma, ig)  # fmt: skip
-                for w in W:
-                    w[0] = 0.0
-            if under:  # (small gamma: the cells whose sums underflowed, again)
-                for j in range(max(j0, 1), j1 + 1):
-                    em = exp_neg(-(xi - ys[j]) * (xi - ys[j]) * ig)
-                    if exi + em <= _TINY or ey[j] + em <= _TINY:
-                        _cell_scalar(W, j, row[j], prev[j - 1], prev[j], row[j - 1], xi, dxi,
-                                     exi, ys[j], dy[j], ey[j], c, gamma, ig)  # fmt: skip
-            for j in range(j1, j0, -1):  # (2, the chain)
-                cur[j - 1] += cur[j] * w_l[j]
-            above[:] = 0.0
-            gxi, gxp = _push_row(W, cur, above, gyt, j0, j1)
-            if i == 0:  # R[0, 0] = (x_0 - y_0)^2
-                g = cur[0] * 2.0 * (xs[0] - ys[0])
-                gxi += g
-                gyt[0] -= g
-            gx[b, i, d] += gxi
-            if i > 0:
-                gx[b, i - 1, d] += gxp
-            for w in W:  # (so that the next row reads zeros past its own band)
-                w[j0] = w[j1] = 0.0
-            cur, above = above, cur
-        for j in range(m):
-            gy[b, j, d] += gyt[j]
+    b, d = t // D, t % D
+    n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+    Rt = R[t]
+    xs, dx, ex = _legs(x[b, :, d], n, ig)
+    ys, dy, ey = _legs(y[b, :, d], m, ig)
+    # (seven arrays, not one 2D: LLVM vectorises stores only into separate allocations;
+    # a row's columns j0 - 1 and j1 + 1 are 0 when read)
+    w_d, w_u, w_l = np.zeros(M + 2), np.zeros(M + 2), np.zeros(M + 2)
+    to_xi, to_xp, to_yj, to_yp = (
+        np.zeros(M + 2),
+        np.zeros(M + 2),
+        np.zeros(M + 2),
+        np.zeros(M + 2),
+    )
+    W = (w_d, w_u, w_l, to_xi, to_xp, to_yj, to_yp)
+    cur, above, gyt = np.zeros(M + 2), np.zeros(M + 2), np.zeros(M + 1)
+    cur[m - 1] = grad_out[b]
+    for i in range(n - 1, -1, -1):
+        xi, dxi, exi = xs[i], dx[i], ex[i]
+        j0, j1 = max(0, i - lo), min(m - 1, i + hi)
+        row = Rt[i]
+        prev = Rt[i - 1] if i > 0 else row  # (not read for i = 0)
+        under = 0
+        if i > 0:
+            if j0 == 0:  # (up only)
+                _cell_scalar(W, 0, row[0], _INF, prev[0], _INF, xi, dxi, exi, ys[0],
+                             0.0, 1.0, c, gamma, ig)  # fmt: skip
+            under = _row_weights(w_d, w_u, w_l, row, prev, ys, dy, ey, xi, dxi, exi, c,
+                                 gamma, ig, max(j0, 1), j1)  # fmt: skip
+            _row_pushes(to_xi, to_xp, to_yj, to_yp, w_d, w_u, w_l, ys, dy, ey, xi, dxi, exi,
+                        c, gamma, ig, max(j0, 1), j1)  # fmt: skip
+        else:  # (left only; cell (0, 0) below)
+            for j in range(1, j1 + 1):
+                _cell_scalar(W, j, row[j], _INF, _INF, row[j - 1], xi, 0.0, 1.0, ys[j],
+                             dy[j], ey[j], c, gamma, ig)  # fmt: skip
+            for w in W:
+                w[0] = 0.0
+        if under:  # (small gamma: the cells whose sums underflowed, again)
+            for j in range(max(j0, 1), j1 + 1):
+                em = exp_neg(-(xi - ys[j]) * (xi - ys[j]) * ig)
+                if exi + em <= _TINY or ey[j] + em <= _TINY:
+                    _cell_scalar(W, j, row[j], prev[j - 1], prev[j], row[j - 1], xi, dxi,
+                                 exi, ys[j], dy[j], ey[j], c, gamma, ig)  # fmt: skip
+        for j in range(j1, j0, -1):  # (2, the chain)
+            cur[j - 1] += cur[j] * w_l[j]
+        above[:] = 0.0
+        gxi, gxp = _push_row(W, cur, above, gyt, j0, j1)
+        if i == 0:  # R[0, 0] = (x_0 - y_0)^2
+            g = cur[0] * 2.0 * (xs[0] - ys[0])
+            gxi += g
+            gyt[0] -= g
+        gx[b, i, d] += gxi
+        if i > 0:
+            gx[b, i - 1, d] += gxp
+        for w in W:  # (so that the next row reads zeros past its own band)
+            w[j0] = w[j1] = 0.0
+        cur, above = above, cur
+    for j in range(m):
+        gy[b, j, d] += gyt[j]
 
 
 _forward_parallel, _forward_serial = parallel_and_serial(_forward_kernel, error_model="numpy")

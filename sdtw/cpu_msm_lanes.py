@@ -331,86 +331,100 @@ def _forward_kernel(X, Y, c, gamma, ns, ms, los, his, R, out):
     """Group q's padded tables into ``R[q]`` (N + 1, M + 1, L), task values into ``out``; an
     ``R`` of two rows per group (forward only) holds the last two rows, padded row ``r`` at
     ``r % 2``."""
+    for q in prange(R.shape[0]):
+        _forward_group(X, Y, c, gamma, ns, ms, los, his, R, out, np.int64(q))
+
+
+@_block
+def _forward_group(X, Y, c, gamma, ns, ms, los, his, R, out, q):
+    """:func:`_forward_kernel`'s iteration ``q`` (the parallel and the serial kernel call it: one
+    compile, and a short one of the parallel loop)."""
     L = R.shape[3]
     ig = 1.0 / gamma
     rolling = R.shape[1] == 2
-    for q in prange(R.shape[0]):
-        t0 = q * L
-        k, n, m, lo, hi, xs, dx, ex, ys, dy, ey, shared = task_group(X, Y, ns, ms, los, his, t0,
-                                                                     L, ig)  # fmt: skip
-        N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
-        Rq = R[q]
-        Rq[0, :, :] = math.inf
-        Rq[0, 0, :] = 0.0
-        Rq[N + 1 :, :, :] = math.inf  # (full tables: the rows past the group's)
-        a, b = np.empty(L, np.int64), np.empty(L, np.int64)
-        for i in range(N):
-            # (rows by index, not by swapping names: see _backward_kernel)
-            r0, r1 = (i % 2, (i + 1) % 2) if rolling else (i, i + 1)
-            j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
-            Rq[r1, : j0 + 1, :] = math.inf
-            Rq[r1, j1 + 1 :, :] = math.inf
-            spans(i, n, m, lo, hi, a, b)
-            if shared:
-                msm_row_shared(xs, dx, ex, ys, dy, ey, i, Rq[r0], Rq[r1], j0, j1, a, b, c,
-                               gamma, ig)  # fmt: skip
-            else:
-                msm_row(xs, dx, ys, dy, i, Rq[r0], Rq[r1], j0, j1, a, b, c, gamma, ig)
-            for g in range(k):
-                if n[g] == i + 1:
-                    out[t0 + g] = Rq[r1, m[g], g]
+    t0 = q * L
+    k, n, m, lo, hi, xs, dx, ex, ys, dy, ey, shared = task_group(X, Y, ns, ms, los, his, t0,
+                                                                 L, ig)  # fmt: skip
+    N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
+    Rq = R[q]
+    Rq[0, :, :] = math.inf
+    Rq[0, 0, :] = 0.0
+    Rq[N + 1 :, :, :] = math.inf  # (full tables: the rows past the group's)
+    a, b = np.empty(L, np.int64), np.empty(L, np.int64)
+    for i in range(N):
+        # (rows by index, not by swapping names: see _backward_kernel)
+        r0, r1 = (i % 2, (i + 1) % 2) if rolling else (i, i + 1)
+        j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
+        Rq[r1, : j0 + 1, :] = math.inf
+        Rq[r1, j1 + 1 :, :] = math.inf
+        spans(i, n, m, lo, hi, a, b)
+        if shared:
+            msm_row_shared(xs, dx, ex, ys, dy, ey, i, Rq[r0], Rq[r1], j0, j1, a, b, c,
+                           gamma, ig)  # fmt: skip
+        else:
+            msm_row(xs, dx, ys, dy, i, Rq[r0], Rq[r1], j0, j1, a, b, c, gamma, ig)
+        for g in range(k):
+            if n[g] == i + 1:
+                out[t0 + g] = Rq[r1, m[g], g]
 
 
 def _backward_kernel(X, Y, c, gamma, ns, ms, los, his, R, gout, GX, GY, A):
     """``GX``, ``GY`` (zeroed) += the gradients of ``gout[b] * value[b]`` wrt x, y; if ``A``
     (tasks, N, M, zeroed) is not empty, each task's match occupancies into it."""
+    for q in prange(R.shape[0]):
+        _backward_group(X, Y, c, gamma, ns, ms, los, his, R, gout, GX, GY, A, np.int64(q))
+
+
+@_block
+def _backward_group(X, Y, c, gamma, ns, ms, los, his, R, gout, GX, GY, A, q):
+    """:func:`_backward_kernel`'s iteration ``q`` (the parallel and the serial kernel call it: one
+    compile, and a short one of the parallel loop)."""
     L = R.shape[3]
     D = X.shape[2]
     ig = 1.0 / gamma
-    for q in prange(R.shape[0]):
-        t0 = q * L
-        k, n, m, lo, hi, xs, dx, ex, ys, dy, ey, shared = task_group(X, Y, ns, ms, los, his, t0,
-                                                                     L, ig)  # fmt: skip
-        N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
-        gxs, gys, gx = np.zeros((N, L)), np.zeros((M + 1, L)), np.zeros((8, L))
-        # E's two rows by index (see sdtw.cpu_lanes: a swap of names inside prange compiles
-        # for minutes)
-        E = np.zeros((2, M + 1, L))
-        W = np.empty((7, M, L))
-        occ = np.zeros((M, L))
-        cur = 0
-        Rq = R[q]
-        for i in range(N - 1, -1, -1):
-            E1 = E[cur]
-            for g in range(L):
-                if i == n[g] - 1:
-                    E1[m[g], g] = gout[(t0 + min(g, k - 1)) // D]
-            j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
-            gx[:, :] = 0.0
-            if shared:
-                msm_row_units(xs, dx, ex, ys, dy, ey, i, Rq[i], Rq[i + 1], j0, j1, c, gamma, ig,
-                              W)  # fmt: skip
-                msm_chain(E1, W[2], j0, j1)
-                msm_pushes(E[1 - cur], E1, W, j0, j1, gx, gys, occ)
-            else:
-                msm_push_row(xs, dx, ys, dy, i, Rq[i], Rq[i + 1], E[1 - cur], E1, j0, j1, c,
-                             gamma, ig, gx, gys, occ)  # fmt: skip
-            if A.shape[0] > 0:
-                for g in range(k):
-                    for j in range(j0, min(j1, m[g])):
-                        A[t0 + g, i, j] = occ[j, g]
-            if shared:
-                gx[0] += gx[2] + (gx[1] + gx[3])
-                gx[1] = gx[4] + gx[6] + (gx[5] + gx[7])
-            gxs[i, :] += gx[0]
-            if i > 0:
-                gxs[i - 1, :] += gx[1]
-            cur = 1 - cur
-            E[1 - cur, :, :] = 0.0
-        for g in range(k):
-            t = t0 + g
-            GX[t // D, : n[g], t % D] = gxs[: n[g], g]
-            GY[t // D, : m[g], t % D] = gys[1 : m[g] + 1, g]
+    t0 = q * L
+    k, n, m, lo, hi, xs, dx, ex, ys, dy, ey, shared = task_group(X, Y, ns, ms, los, his, t0,
+                                                                 L, ig)  # fmt: skip
+    N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
+    gxs, gys, gx = np.zeros((N, L)), np.zeros((M + 1, L)), np.zeros((8, L))
+    # E's two rows by index (see sdtw.cpu_lanes: a swap of names inside prange compiles
+    # for minutes)
+    E = np.zeros((2, M + 1, L))
+    W = np.empty((7, M, L))
+    occ = np.zeros((M, L))
+    cur = 0
+    Rq = R[q]
+    for i in range(N - 1, -1, -1):
+        E1 = E[cur]
+        for g in range(L):
+            if i == n[g] - 1:
+                E1[m[g], g] = gout[(t0 + min(g, k - 1)) // D]
+        j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
+        gx[:, :] = 0.0
+        if shared:
+            msm_row_units(xs, dx, ex, ys, dy, ey, i, Rq[i], Rq[i + 1], j0, j1, c, gamma, ig,
+                          W)  # fmt: skip
+            msm_chain(E1, W[2], j0, j1)
+            msm_pushes(E[1 - cur], E1, W, j0, j1, gx, gys, occ)
+        else:
+            msm_push_row(xs, dx, ys, dy, i, Rq[i], Rq[i + 1], E[1 - cur], E1, j0, j1, c,
+                         gamma, ig, gx, gys, occ)  # fmt: skip
+        if A.shape[0] > 0:
+            for g in range(k):
+                for j in range(j0, min(j1, m[g])):
+                    A[t0 + g, i, j] = occ[j, g]
+        if shared:
+            gx[0] += gx[2] + (gx[1] + gx[3])
+            gx[1] = gx[4] + gx[6] + (gx[5] + gx[7])
+        gxs[i, :] += gx[0]
+        if i > 0:
+            gxs[i - 1, :] += gx[1]
+        cur = 1 - cur
+        E[1 - cur, :, :] = 0.0
+    for g in range(k):
+        t = t0 + g
+        GX[t // D, : n[g], t % D] = gxs[: n[g], g]
+        GY[t // D, : m[g], t % D] = gys[1 : m[g] + 1, g]
 
 
 _forward_parallel, _forward_serial = parallel_and_serial(_forward_kernel, **LANE_FLAGS)
