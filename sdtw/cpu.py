@@ -92,34 +92,41 @@ def _forward_kernel(
     R: np.ndarray,
     group: int,
 ) -> None:
+    for g in prange((cost.shape[0] + group - 1) // group):
+        _forward_group(cost, gamma, ns, ms, los, his, R, group, np.int64(g))
+
+
+@njit(cache=True, nogil=True)
+def _forward_group(cost, gamma, ns, ms, los, his, R, group, g) -> None:
+    """:func:`_forward_kernel`'s group ``g`` (the parallel and the serial kernel call it: one
+    compile, and a short one of the parallel loop)."""
     B = cost.shape[0]
     ig = 1.0 / gamma
-    for g in prange((B + group - 1) // group):
-        b = g * group
-        k = min(group, B - b)  # pairs in this group (the last may have fewer)
-        # (absent slots alias the first pair; their guarded cells never run)
-        b1, b2, b3 = b + min(1, k - 1), b + min(2, k - 1), b + k - 1
-        R0, R1, R2, R3 = R[b], R[b1], R[b2], R[b3]
-        C0, C1, C2, C3 = cost[b], cost[b1], cost[b2], cost[b3]
-        n0, n1, n2, n3 = ns[b], ns[b1], ns[b2], ns[b3]
-        m0, m1, m2, m3 = ms[b], ms[b1], ms[b2], ms[b3]
-        l0, l1, l2, l3 = los[b], los[b1], los[b2], los[b3]
-        h0, h1, h2, h3 = his[b], his[b1], his[b2], his[b3]
-        for s in range(k):
-            _start(R[b + s])
-        # the union of the group's tables and bands; each pair computes only its own cells
-        n = max(n0, n1, n2, n3)
-        lo, hi, m = max(l0, l1, l2, l3), max(h0, h1, h2, h3), max(m0, m1, m2, m3)
-        for i in range(n):
-            for j in range(max(0, i - lo), min(m - 1, i + hi) + 1):
-                if _inside(i, j, n0, m0, l0, h0):
-                    _cell(R0, C0, i, j, gamma, ig)
-                if k > 1 and _inside(i, j, n1, m1, l1, h1):
-                    _cell(R1, C1, i, j, gamma, ig)
-                if k > 2 and _inside(i, j, n2, m2, l2, h2):
-                    _cell(R2, C2, i, j, gamma, ig)
-                if k > 3 and _inside(i, j, n3, m3, l3, h3):
-                    _cell(R3, C3, i, j, gamma, ig)
+    b = g * group
+    k = min(group, B - b)  # pairs in this group (the last may have fewer)
+    # (absent slots alias the first pair; their guarded cells never run)
+    b1, b2, b3 = b + min(1, k - 1), b + min(2, k - 1), b + k - 1
+    R0, R1, R2, R3 = R[b], R[b1], R[b2], R[b3]
+    C0, C1, C2, C3 = cost[b], cost[b1], cost[b2], cost[b3]
+    n0, n1, n2, n3 = ns[b], ns[b1], ns[b2], ns[b3]
+    m0, m1, m2, m3 = ms[b], ms[b1], ms[b2], ms[b3]
+    l0, l1, l2, l3 = los[b], los[b1], los[b2], los[b3]
+    h0, h1, h2, h3 = his[b], his[b1], his[b2], his[b3]
+    for s in range(k):
+        _start(R[b + s])
+    # the union of the group's tables and bands; each pair computes only its own cells
+    n = max(n0, n1, n2, n3)
+    lo, hi, m = max(l0, l1, l2, l3), max(h0, h1, h2, h3), max(m0, m1, m2, m3)
+    for i in range(n):
+        for j in range(max(0, i - lo), min(m - 1, i + hi) + 1):
+            if _inside(i, j, n0, m0, l0, h0):
+                _cell(R0, C0, i, j, gamma, ig)
+            if k > 1 and _inside(i, j, n1, m1, l1, h1):
+                _cell(R1, C1, i, j, gamma, ig)
+            if k > 2 and _inside(i, j, n2, m2, l2, h2):
+                _cell(R2, C2, i, j, gamma, ig)
+            if k > 3 and _inside(i, j, n3, m3, l3, h3):
+                _cell(R3, C3, i, j, gamma, ig)
 
 
 # Backward DP without cancellation.  Differentiating R[s] = C[s] + softmin_g(R[pred(s)]) gives

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import prange
+from numba import njit, prange
 
 from sdtw._jit import parallel_and_serial
 from sdtw._simd import LANE_FLAGS
@@ -39,36 +39,43 @@ LANES = 32
 
 
 def _kernel(X, Y, I, J, ns, ms, los, his, gamma, out) -> None:
+    for q in prange((I.shape[0] + LANES - 1) // LANES):
+        _group(X, Y, I, J, ns, ms, los, his, gamma, out, np.int64(q))
+
+
+@njit(cache=True, nogil=True, **LANE_FLAGS)
+def _group(X, Y, I, J, ns, ms, los, his, gamma, out, q):
+    """:func:`_kernel`'s iteration ``q`` (the parallel and the serial kernel call it: one
+    compile, and a short one of the parallel loop)."""
     P, D = I.shape[0], X.shape[2]
     ig = 1.0 / gamma if gamma > 0.0 else 0.0
-    for q in prange((P + LANES - 1) // LANES):
-        p0 = q * LANES
-        k = min(LANES, P - p0)  # (the last group may have fewer pairs)
-        n, m, lo, hi = group_tables(ns, ms, los, his, p0, k, LANES)
-        N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
-        xs, ys = np.zeros((N, D, LANES)), np.zeros((M, D, LANES))
-        pack(X, I, n, p0, k, xs)
-        pack(Y, J, m, p0, k, ys)
-        prev, cur = np.full((M + 1, LANES), math.inf), np.full((M + 1, LANES), math.inf)
-        prev[0, :] = 0.0
-        C = np.empty((M, LANES))
-        a, b, res = np.empty(LANES, np.int64), np.empty(LANES, np.int64), np.empty(LANES)
-        for i in range(N):
-            # the union of the lanes' bands; each lane's own cells: a[g] <= j < b[g]
-            j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
-            spans(i, n, m, lo, hi, a, b)
-            cur[: j0 + 1, :] = math.inf
-            cur[j1 + 1 :, :] = math.inf
-            cost_row(xs, ys, i, j0, j1, C)
-            if gamma > 0.0:
-                soft_row(prev, cur, C, j0, j1, a, b, gamma, ig)
-            else:
-                min_row(prev, cur, C, j0, j1, a, b)
-            for g in range(LANES):
-                if i == n[g] - 1:
-                    res[g] = cur[m[g], g]
-            prev, cur = cur, prev
-        out[p0 : p0 + k] = res[:k]
+    p0 = q * LANES
+    k = min(LANES, P - p0)  # (the last group may have fewer pairs)
+    n, m, lo, hi = group_tables(ns, ms, los, his, p0, k, LANES)
+    N, M, lo_all, hi_all = n.max(), m.max(), lo.max(), hi.max()
+    xs, ys = np.zeros((N, D, LANES)), np.zeros((M, D, LANES))
+    pack(X, I, n, p0, k, xs)
+    pack(Y, J, m, p0, k, ys)
+    prev, cur = np.full((M + 1, LANES), math.inf), np.full((M + 1, LANES), math.inf)
+    prev[0, :] = 0.0
+    C = np.empty((M, LANES))
+    a, b, res = np.empty(LANES, np.int64), np.empty(LANES, np.int64), np.empty(LANES)
+    for i in range(N):
+        # the union of the lanes' bands; each lane's own cells: a[g] <= j < b[g]
+        j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
+        spans(i, n, m, lo, hi, a, b)
+        cur[: j0 + 1, :] = math.inf
+        cur[j1 + 1 :, :] = math.inf
+        cost_row(xs, ys, i, j0, j1, C)
+        if gamma > 0.0:
+            soft_row(prev, cur, C, j0, j1, a, b, gamma, ig)
+        else:
+            min_row(prev, cur, C, j0, j1, a, b)
+        for g in range(LANES):
+            if i == n[g] - 1:
+                res[g] = cur[m[g], g]
+        prev, cur = cur, prev
+    out[p0 : p0 + k] = res[:k]
 
 
 _parallel, _serial_kernel = parallel_and_serial(_kernel, **LANE_FLAGS)
