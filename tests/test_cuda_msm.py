@@ -36,7 +36,7 @@ CASES = [
 ]
 
 
-def reference(x, y, bandwidth, lengths):
+def reference(x, y, bandwidth, lengths, gamma=GAMMA):
     """Values (B,) and gradients of ``sum_b values[b]`` by the float64 reference, pair by pair
     over each pair's own lengths."""
     a, b_ = x.detach().numpy(), y.detach().numpy()
@@ -46,8 +46,8 @@ def reference(x, y, bandwidth, lengths):
         n = a.shape[1] if lengths is None else lengths[0][b]
         m = b_.shape[1] if lengths is None else lengths[1][b]
         p, q = a[b : b + 1, :n], b_[b : b + 1, :m]
-        v, Rs = soft_msm_forward(p, q, GAMMA, bandwidth, c=C)
-        ex, ey = soft_msm_backward(p, q, Rs, GAMMA, bandwidth, c=C)
+        v, Rs = soft_msm_forward(p, q, gamma, bandwidth, c=C)
+        ex, ey = soft_msm_backward(p, q, Rs, gamma, bandwidth, c=C)
         values[b], gx[b, :n], gy[b, :m] = v[0], ex[0], ey[0]
     return values, gx, gy
 
@@ -102,6 +102,43 @@ def test_several_warps_per_task(rng, warps, B, N, M, bandwidth, lengths):
     np.testing.assert_allclose(gy.numpy(), ey, rtol=1e-10, atol=1e-11)
 
 
+#: (B, N, M, D, bandwidth, lengths, gamma, repeated): float32 inputs
+FAST_CASES = [
+    (2, 33, 9, 1, None, None, 0.3, False),  # 2 rows a thread
+    (3, 40, 12, 2, 2, ([40, 17, 1], [12, 3, 5]), 0.01, False),
+    (2, 37, 23, 1, None, None, 1e-3, False),
+    (2, 37, 23, 1, None, None, 0.1, True),  # repeated samples: gates at u = 0
+    (2, 1, 5, 1, None, None, 1.0, False),  # one row (a 1 x 1 table has no transcendental)
+]
+
+
+@requires_sim
+@pytest.mark.parametrize(("B", "N", "M", "D", "bandwidth", "lengths", "gamma", "repeated"),
+                         FAST_CASES)  # fmt: skip
+def test_float32_inputs_take_float32_transcendentals(
+    rng, B, N, M, D, bandwidth, lengths, gamma, repeated
+):
+    """Float32 inputs run the wavefront kernels with float32 ex2 / lg2 / rcp / rsqrt: within
+    1e-5 (relative norm) of the float64 reference, values and gradients, and not the float64
+    kernels' bits.  (The upstream gradient is the engine's: ``run`` covers it.)"""
+    a, b = rng.standard_normal((B, N, D)), rng.standard_normal((B, M, D))
+    if repeated:
+        a, b = np.round(2 * a) / 2, np.round(2 * b) / 2
+    x = torch.as_tensor(a, dtype=torch.float32)
+    y = torch.as_tensor(b, dtype=torch.float32)
+    if lengths is None:
+        tables = _tables(B, N, M, *band_offsets(N, M, bandwidth), None)
+    else:
+        tables = _tables(B, N, M, *pair_offsets(*lengths, bandwidth), lengths)
+    v, gx, gy = msm_cuda(x, y, C, gamma, tables, True)
+    v64 = msm_cuda(x.double(), y.double(), C, gamma, tables, False)[0]
+    assert not torch.equal(v, v64)  # (the float32 kernels ran)
+    values, ex, ey = reference(x.double(), y.double(), bandwidth, lengths, gamma)
+    for got, want in ((v, values), (gx, ex), (gy, ey)):
+        assert got.dtype == torch.float64
+        assert np.linalg.norm(got.numpy() - want) <= 1e-5 * np.linalg.norm(want)
+
+
 @requires_sim
 def test_diagonal_kernels_past_max_n(rng):
     run(rng, 1, MAX_N + 1, 2, 1, None, None)
@@ -128,16 +165,18 @@ def test_gradients_are_deterministic():
 
 @requires_gpu
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("N", [128, 300, 512, 513, 1024, 2048])
-def test_gpu_every_shape_of_the_rule(rng, N):
+def test_gpu_every_shape_of_the_rule(rng, N, dtype):
     """On the GPU, each shape the rule picks for few tasks (a row a thread on up to 16 warps to
-    N = 512, 4 warps with more rows beyond) launches and equals the CPU's float64 Soft-MSM:
-    values and gradients, per-pair lengths, an upstream gradient other than ones."""
+    N = 512, 4 warps with more rows beyond) launches and equals the CPU's Soft-MSM: values and
+    gradients, per-pair lengths, an upstream gradient other than ones; float32 inputs (the
+    float32 transcendentals) within 1e-5 relative norm."""
     B, M = 3, 40
-    x = torch.as_tensor(rng.standard_normal((B, N, 1)))
-    y = torch.as_tensor(rng.standard_normal((B, M, 1)))
+    x = torch.as_tensor(rng.standard_normal((B, N, 1)), dtype=dtype)
+    y = torch.as_tensor(rng.standard_normal((B, M, 1)), dtype=dtype)
     xl, yl = [N, N // 2 + 1, 1], [M, 7, M - 1]
-    upstream = torch.tensor([0.7, -1.3, 2.0], dtype=torch.float64)
+    upstream = torch.tensor([0.7, -1.3, 2.0], dtype=dtype)
     out = []
     for device in ("cuda", "cpu"):
         a, b = x.to(device).requires_grad_(), y.to(device).requires_grad_()
@@ -145,5 +184,8 @@ def test_gpu_every_shape_of_the_rule(rng, N):
         v = sdtw.soft_msm(a, b, **kw)
         out.append((v, *torch.autograd.grad(v, (a, b), upstream.to(device))))
     for got, want in zip(out[0], out[1], strict=True):
-        np.testing.assert_allclose(got.detach().cpu().numpy(), want.detach().numpy(),
-                                   rtol=1e-10, atol=1e-11)  # fmt: skip
+        got, want = got.detach().cpu().double().numpy(), want.detach().double().numpy()
+        if dtype == torch.float64:
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-11)
+        else:
+            assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)

@@ -2,7 +2,10 @@
 
 The edge costs are computed in the kernels from x and y (:mod:`sdtw.msm_reference` has the
 maths); ``R`` (P = B D, N, M) float64 is kept in global memory between the forward and the
-backward, float64 arithmetic throughout.
+backward.  R, its candidates and the occupancies are float64; the transcendentals are float64
+(libdevice) for float64 inputs and the hardware's float32 ``ex2`` / ``lg2`` / ``rcp`` /
+``rsqrt`` of float32 roundings of float64 differences for float32 inputs (the wavefront
+kernels: :func:`_row_functions`), as soft-DTW's float32 kernels do.
 
 Wavefront kernels (N up to ``MAX_N`` = 2048).  One block of ``W`` warps per (pair, channel)
 task; its thread ``t`` owns the strip of ``ROWS`` consecutive rows ``t ROWS, ...,
@@ -62,11 +65,12 @@ import math
 
 import numpy as np
 import torch
-from numba import cuda, float64
+from numba import cuda, float32, float64
 
 from sdtw.cuda._launch import numba_stream as _stream
 from sdtw.cuda._launch import numba_view as _arr
 from sdtw.cuda.kernels.jit import SIMULATED, device, kernel
+from sdtw.cuda.kernels.primitives import exp2, fast_rcp, fast_rsqrt, log2, narrow
 from sdtw.msm_reference import GATE_EPS
 
 __all__ = ["MAX_N", "msm_cuda"]
@@ -110,6 +114,67 @@ def _transition(v, p, o, c, gamma, ig):
     return c + keep * S, d_v, d_p, d_o
 
 
+# The float32 forms (float32 inputs): the hardware's approximate ex2 / lg2 / rcp / rsqrt of
+# float32 roundings of float64 differences, as soft-DTW's float32 kernels (``cell_fast`` in
+# :mod:`sdtw.cuda.kernels.recurrence`); R, its candidates and the occupancies stay float64.
+# ``ig2 = log2(e) / gamma`` takes ``ig``'s place; each transcendental is good to a few 1e-7
+# relative (its argument's float32 rounding included), so a cost's error is a few 1e-7 of its
+# own size, not of R's.
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+_EPS32 = float32(GATE_EPS)
+_INF32 = float32(INF)
+
+
+@device
+def _exp_scaled(z):
+    """``exp(z / log2(e))`` for ``z <= 0`` scaled by ``ig2``: ``2^z`` in float32 (0 below
+    2^-126), as float64."""
+    return float64(exp2(narrow(z)))
+
+
+@device
+def _softmin3_fast(a, b, c, gamma, ig2):
+    """:func:`_softmin3` with float32 ``ex2`` / ``lg2`` (the sum lies in [1, 3])."""
+    lo1, hi1 = (a, b) if a <= b else (b, a)
+    m, o1 = (c, lo1) if c < lo1 else (lo1, c)
+    if m == INF:
+        return m
+    s = float32(1.0) + exp2(narrow((m - o1) * ig2)) + exp2(narrow((m - hi1) * ig2))
+    return m - (gamma * LN2) * float64(log2(s))
+
+
+@device
+def _transition_fast(v, p, o, c, gamma, ig2):
+    """:func:`_transition` with float32 transcendentals and gate: ``rsqrt(u^2 + eps)`` in
+    float32 (0 where u^2 overflows it, the gate's ratio then ``sign(u)``)."""
+    one = float32(1.0)
+    dp, do = v - p, v - o
+    a, b = dp * dp, do * do
+    e = exp2(narrow(-abs(a - b) * ig2))
+    S = min(a, b) - (gamma * LN2) * float64(log2(one + e))
+    w_min = fast_rcp(one + e)
+    wa = w_min if a <= b else e * w_min
+    wb = one - wa
+    dp32, do32 = narrow(dp), narrow(do)
+    u = dp32 * do32
+    u2 = u * u
+    rs = fast_rsqrt(u2 + _EPS32)
+    ratio = u * rs if u2 < _INF32 else (one if u > 0 else -one)
+    keep = float32(0.5) * (one + ratio)  # 1 - s(u)
+    k = narrow(S) * (float32(-0.5) * _EPS32) * (rs * rs * rs)
+    two = float32(2.0)
+    d_v = keep * two * (wa * dp32 + wb * do32) - k * (dp32 + do32)
+    d_p = -keep * two * wa * dp32 + k * do32
+    d_o = -keep * two * wb * do32 + k * dp32
+    return c + float64(keep) * S, float64(d_v), float64(d_p), float64(d_o)
+
+
+@device
+def _exp64(z):
+    return math.exp(z)
+
+
 @device
 def _inside(i, j, n, m, lo, hi):
     return 0 <= i and i < n and 0 <= j and j < m and -lo <= j - i and j - i <= hi
@@ -138,79 +203,91 @@ def _unrolled(row, rows: int, upward: bool):
     return strip
 
 
-@device
-def _forward_row(k, args, carry):
-    """Row ``i0 + k`` of column ``j``: ``R[i, j]`` from the row above's ``(diag, up)`` and the
-    sample above, ``xp``; returns the next row's ``(diag, up, xp)``."""
-    R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig = args
-    diag, up, xp = carry
-    i = i0 + k
-    xi = xs[k, th]
-    left = Rs[k]
-    v = INF
-    if i < n and -lo <= j - i and j - i <= hi:
-        dm = xi - yv
-        up_c = _transition(xi, xp, yv, c, gamma, ig)[0]
-        left_c = _transition(yv, yp, xi, c, gamma, ig)[0]
-        v = _softmin3(diag + dm * dm, up + up_c, left + left_c, gamma, ig)
-    if i < n:
-        R[task, i, j] = v
-    Rs[k] = v
-    return left, v, xi
+@functools.cache
+def _row_functions(fast: bool) -> tuple:
+    """The (forward, backward) row updates of the wavefront kernels, with the float32
+    transcendentals (``fast``, float32 inputs; ``ig`` is then ``log2(e) / gamma``) or
+    float64 ones."""
+    transition = _transition_fast if fast else _transition
+    softmin3 = _softmin3_fast if fast else _softmin3
+    expo = _exp_scaled if fast else _exp64
 
+    @device
+    def _forward_row(k, args, carry):
+        """Row ``i0 + k`` of column ``j``: ``R[i, j]`` from the row above's ``(diag, up)`` and the
+        sample above, ``xp``; returns the next row's ``(diag, up, xp)``."""
+        R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig = args
+        diag, up, xp = carry
+        i = i0 + k
+        xi = xs[k, th]
+        left = Rs[k]
+        v = INF
+        if i < n and -lo <= j - i and j - i <= hi:
+            dm = xi - yv
+            up_c = transition(xi, xp, yv, c, gamma, ig)[0]
+            left_c = transition(yv, yp, xi, c, gamma, ig)[0]
+            v = softmin3(diag + dm * dm, up + up_c, left + left_c, gamma, ig)
+        if i < n:
+            R[task, i, j] = v
+        Rs[k] = v
+        return left, v, xi
 
-@device
-def _backward_row(k, args, carry):
-    """Row ``i = i0 + k`` of column ``j``: ``G[i, j]``, the occupancies of the cell's three
-    incoming edges (pushed to ``G`` of their tails and to the gradients); ``carry``: what the
-    row below pushed up and to the diagonal, what the strip's up edges owe ``x_{i0-1}``, and
-    the step's sums for ``y_j`` and ``y_{j-1}``.  ``Rs``, ``Rn``: the strip's ``R`` of
-    columns ``j`` and ``j - 1`` (``R_above``, ``R_above_next``: the row above's)."""
-    R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th = args[:14]
-    R_above, R_above_next, x_above, yj, yp, c, gamma, ig = args[14:]
-    up_in, match_in, gx_above, gyj, gyp = carry
-    i = i0 + k
-    r = Rs[k]
-    r_up = Rs[k - 1] if k > 0 else R_above
-    left = Rn[k]
-    diag = Rn[k - 1] if k > 0 else R_above_next
-    xi = xs[k, th]
-    xp = xs[k - 1, th] if k > 0 else x_above
-    if i == 0 and j == 0:
-        diag = 0.0  # (R[0, 0] = 0 + (x_0 - y_0)^2: a match from (-1, -1))
-    o_match = o_up = o_left = 0.0
-    if i < n and -lo <= j - i and j - i <= hi:
-        g = Gs[k] + up_in
-        if i == n - 1 and j == m - 1:
-            g += 1.0
-        dm = xi - yj
-        o_match = g * math.exp((r - diag - dm * dm) * ig)
-        cost, d_v, d_p, d_o = _transition(xi, xp, yj, c, gamma, ig)
-        o_up = g * math.exp((r - r_up - cost) * ig)
-        cost, e_v, e_p, e_o = _transition(yj, yp, xi, c, gamma, ig)
-        o_left = g * math.exp((r - left - cost) * ig)
-        g_match = o_match * 2.0 * dm
-        gxs[k, th] += g_match + o_up * d_v + o_left * e_o
-        if k > 0:
-            gxs[k - 1, th] += o_up * d_p
-        else:
-            gx_above += o_up * d_p
-        gyj += o_up * d_o + o_left * e_v - g_match
-        gyp += o_left * e_p
-    Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
-    Rs[k] = left
-    # the next step's column j - 1, loaded a step ahead (row k + 1 is done with Rn[k] too)
-    Rn[k] = R[task, i, j - 2] if (i < n and j >= 2) else INF
-    return o_up, o_match, gx_above, gyj, gyp
+    @device
+    def _backward_row(k, args, carry):
+        """Row ``i = i0 + k`` of column ``j``: ``G[i, j]``, the occupancies of the cell's three
+        incoming edges (pushed to ``G`` of their tails and to the gradients); ``carry``: what the
+        row below pushed up and to the diagonal, what the strip's up edges owe ``x_{i0-1}``, and
+        the step's sums for ``y_j`` and ``y_{j-1}``.  ``Rs``, ``Rn``: the strip's ``R`` of
+        columns ``j`` and ``j - 1`` (``R_above``, ``R_above_next``: the row above's)."""
+        R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th = args[:14]
+        R_above, R_above_next, x_above, yj, yp, c, gamma, ig = args[14:]
+        up_in, match_in, gx_above, gyj, gyp = carry
+        i = i0 + k
+        r = Rs[k]
+        r_up = Rs[k - 1] if k > 0 else R_above
+        left = Rn[k]
+        diag = Rn[k - 1] if k > 0 else R_above_next
+        xi = xs[k, th]
+        xp = xs[k - 1, th] if k > 0 else x_above
+        if i == 0 and j == 0:
+            diag = 0.0  # (R[0, 0] = 0 + (x_0 - y_0)^2: a match from (-1, -1))
+        o_match = o_up = o_left = 0.0
+        if i < n and -lo <= j - i and j - i <= hi:
+            g = Gs[k] + up_in
+            if i == n - 1 and j == m - 1:
+                g += 1.0
+            dm = xi - yj
+            o_match = g * expo((r - diag - dm * dm) * ig)
+            cost, d_v, d_p, d_o = transition(xi, xp, yj, c, gamma, ig)
+            o_up = g * expo((r - r_up - cost) * ig)
+            cost, e_v, e_p, e_o = transition(yj, yp, xi, c, gamma, ig)
+            o_left = g * expo((r - left - cost) * ig)
+            g_match = o_match * 2.0 * dm
+            gxs[k, th] += g_match + o_up * d_v + o_left * e_o
+            if k > 0:
+                gxs[k - 1, th] += o_up * d_p
+            else:
+                gx_above += o_up * d_p
+            gyj += o_up * d_o + o_left * e_v - g_match
+            gyp += o_left * e_p
+        Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
+        Rs[k] = left
+        # the next step's column j - 1, loaded a step ahead (row k + 1 is done with Rn[k] too)
+        Rn[k] = R[task, i, j - 2] if (i < n and j >= 2) else INF
+        return o_up, o_match, gx_above, gyj, gyp
+
+    return _forward_row, _backward_row
 
 
 @functools.cache
-def _wavefront(rows: int, warps: int) -> tuple:
+def _wavefront(rows: int, warps: int, fast: bool = False) -> tuple:
     """The (forward, backward) kernels for ``rows`` rows per thread, ``warps`` warps per
-    task."""
+    task, float32 transcendentals if ``fast`` (:func:`_row_functions`)."""
     T = WARP * warps
-    down = _unrolled(_forward_row, rows, False)
-    up_strip = _unrolled(_backward_row, rows, True)
+    forward_row, backward_row = _row_functions(fast)
+    down = _unrolled(forward_row, rows, False)
+    up_strip = _unrolled(backward_row, rows, True)
+    scale = LOG2E if fast else 1.0
 
     @kernel
     def forward(x, y, c, gamma, ns, ms, los, his, R):
@@ -219,7 +296,7 @@ def _wavefront(rows: int, warps: int) -> tuple:
         D = x.shape[2]
         b, d = task // D, task % D
         n, m, lo, hi = ns[b], ms[b], los[b], his[b]
-        ig = 1.0 / gamma
+        ig = scale / gamma
         i0 = th * rows
         used = (n + rows - 1) // rows  # threads with rows
         hand = cuda.shared.array((2, T), float64)  # each thread's bottom row, by step parity
@@ -260,7 +337,7 @@ def _wavefront(rows: int, warps: int) -> tuple:
         D = x.shape[2]
         b, d = task // D, task % D
         n, m, lo, hi = ns[b], ms[b], los[b], his[b]
-        ig = 1.0 / gamma
+        ig = scale / gamma
         i0 = th * rows
         last = (n + rows - 1) // rows - 1  # the last thread with rows
         mine = i0 < n
@@ -508,12 +585,14 @@ def msm_cuda(
     x, y, c: float, gamma: float, tables: tuple, need: bool, *, warps: int | None = None
 ) -> tuple:
     """Values (B,) and, with ``need``, the gradients wrt x (B, N, D) and y (B, M, D) of
-    Soft-MSM (float64 inside); ``tables``: int64 NumPy arrays ``(n, m, lo, hi)`` (B,) of each
-    pair's lengths and band offsets.  No autograd.
+    Soft-MSM, float64; ``tables``: int64 NumPy arrays ``(n, m, lo, hi)`` (B,) of each pair's
+    lengths and band offsets.  No autograd.
 
     N up to ``MAX_N``: the wavefront kernels, one block of ``warps`` warps (None:
     :func:`_shape`'s rule, 1 to 16; an override up to 16, with rows times warps at most 64) per
-    (pair, channel); beyond, the diagonal kernels."""
+    (pair, channel), with float32 transcendentals for float32 inputs (:func:`_row_functions`)
+    and float64 ones otherwise; beyond, the diagonal kernels (float64)."""
+    fast = x.dtype == torch.float32
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
     B, N, D = a.shape
@@ -526,7 +605,7 @@ def msm_cuda(
     shape = _shape(N, B * D, _multiprocessors(dev), warps)
     grid = B * D
     if shape is not None:
-        forward, backward = _wavefront(*shape)
+        forward, backward = _wavefront(*shape, fast)
         threads = WARP * shape[1]
         R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
     else:

@@ -190,8 +190,9 @@ class CUDABackend(Backend):
         return table_values(X, Y, i, j, x_lengths, y_lengths, plan.gamma, plan.bandwidth)
 
     def sequence_value_and_grads(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
-        """Soft-MSM's simple kernels (:mod:`sdtw.cuda.msm`, float64 inside), each pair's band
-        offsets and lengths in NumPy tables as the CPU kernels take them."""
+        """Soft-MSM's kernels (:mod:`sdtw.cuda.msm`: float64 R, float32 transcendentals for
+        float32 inputs), each pair's band offsets and lengths in NumPy tables as the CPU
+        kernels take them."""
         from sdtw.cpu import _tables
         from sdtw.cuda.msm import msm_cuda
 

@@ -120,6 +120,7 @@ def _fmma_gpu(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, xsh, ysh, k0, rb, cb, g, t
 
 if SIMULATED:
     exp2, log2, fast_rcp, narrow, fma = _twin.exp2, _twin.log2, _twin.rcp, _twin.narrow, _twin.fma
+    fast_rsqrt = _twin.rsqrt
     from_prev_lane, from_next_lane = _twin.from_prev_lane, _twin.from_next_lane
     ld_relaxed, st_if, st2_if = _twin.ld_relaxed, _twin.st_if, _twin.st2_if
     as_bits, from_bits = _twin.as_bits, _twin.from_bits
@@ -144,6 +145,7 @@ else:
     exp2 = _ptx.unary_f32("ex2", "ex2.approx.ftz.f32")
     log2 = _ptx.unary_f32("lg2", "lg2.approx.ftz.f32")
     fast_rcp = _ptx.unary_f32("rcp", "rcp.approx.ftz.f32")
+    fast_rsqrt = _ptx.unary_f32("rsqrt", "rsqrt.approx.ftz.f32")
     from_prev_lane, from_next_lane = _from_prev_lane_shfl, _from_next_lane_shfl
     ld_relaxed, st_if, st2_if = _ptx.ld_relaxed(), _ptx.st_if(), _ptx.st2_if()
     as_bits, from_bits = _bits_gpu, _from_bits_gpu

@@ -52,6 +52,15 @@ def rcp(x):
     return float32(1.0) / x
 
 
+def rsqrt(x):
+    """``rsqrt.approx.ftz.f32``: +inf at 0, 0 at +inf, NaN below 0."""
+    if x == 0.0:
+        return float32(math.inf)
+    if x < 0.0 or x != x:
+        return float32(math.nan)
+    return float32(1.0 / math.sqrt(x))
+
+
 def fma(a, b, c):
     return a * b + c  # (rounded twice: the simulator's results are not bit for bit the GPU's)
 
