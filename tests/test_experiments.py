@@ -774,3 +774,14 @@ def test_msm_speed_in_several_processes_pools_their_rounds(capsys) -> None:
     assert len(line.split(":")[1].split(",")) == 2
     with pytest.raises(SystemExit):
         msm_speed.main(["--processes", "0"])
+
+
+def test_msm_speed_takes_a_dtype_and_says_when_cuda_is_missing(capsys) -> None:
+    from experiments import msm_speed
+
+    assert msm_speed.main(["--rounds", "1", "--sizes", "6", "--dtype", "float32"]) == 0
+    assert "float32 on cpu" in capsys.readouterr().out
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            msm_speed.main(["--device", "cuda", "--sizes", "6"])
+        assert "needs a CUDA GPU" in capsys.readouterr().err
