@@ -14,11 +14,12 @@ backend       Soft-MSM
 ============  ==================================================================
 reference     float64 NumPy oracle (:mod:`sdtw.msm_reference`; slow)
 cpu           Numba CPU kernels, float64 inside: (pair, channel) tasks as SIMD
-              lanes where ``use_msm_lanes`` says (16 tasks and more, few idle
-              lanes: :mod:`sdtw.cpu_msm_lanes`), else a task per thread
-              (:mod:`sdtw.cpu_msm`)
-cuda          simple Numba CUDA kernels (:mod:`sdtw.cuda.msm`: one block per pair
-              and channel, anti-diagonal wavefront, float64; tested in the simulator)
+              lanes where ``use_msm_lanes`` says (16 tasks and more:
+              :mod:`sdtw.cpu_msm_lanes`), else a task per thread (:mod:`sdtw.cpu_msm`)
+cuda          Numba CUDA kernels (:mod:`sdtw.cuda.msm`: one block per pair and
+              channel, a wavefront of rows per thread up to N = 2048, anti-diagonals
+              beyond; float64 R; float32 transcendentals for float32 inputs up to
+              N = 2048, float64 ones otherwise)
 ============  ==================================================================
 
 ``backend="auto"`` picks ``"cuda"`` for CUDA tensors and ``"cpu"`` otherwise, as

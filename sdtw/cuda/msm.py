@@ -147,7 +147,8 @@ def _softmin3_fast(a, b, c, gamma, ig2):
 @device
 def _transition_fast(v, p, o, c, gamma, ig2):
     """:func:`_transition` with float32 transcendentals and gate: ``rsqrt(u^2 + eps)`` in
-    float32 (0 where u^2 overflows it, the gate's ratio then ``sign(u)``)."""
+    float32 (0 where u^2 overflows it, the gate's ratio then ``sign(u)`` and ``S s'(u)`` 0).
+    Differences past float32's range (samples near its limit) are not handled."""
     one = float32(1.0)
     dp, do = v - p, v - o
     a, b = dp * dp, do * do
@@ -160,9 +161,11 @@ def _transition_fast(v, p, o, c, gamma, ig2):
     u = dp32 * do32
     u2 = u * u
     rs = fast_rsqrt(u2 + _EPS32)
-    ratio = u * rs if u2 < _INF32 else (one if u > 0 else -one)
+    finite = u2 < _INF32
+    ratio = u * rs if finite else (one if u > 0 else -one)
     keep = float32(0.5) * (one + ratio)  # 1 - s(u)
-    k = narrow(S) * (float32(-0.5) * _EPS32) * (rs * rs * rs)
+    # (where u^2 overflows float32, S may too and rs is 0: S s'(u) is 0, not inf * 0)
+    k = narrow(S) * (float32(-0.5) * _EPS32) * (rs * rs * rs) if finite else float32(0.0)
     two = float32(2.0)
     d_v = keep * two * (wa * dp32 + wb * do32) - k * (dp32 + do32)
     d_p = -keep * two * wa * dp32 + k * do32
