@@ -166,6 +166,8 @@ def _install(session: nox.Session, extras: str, gpu: bool = False, peers: bool =
 def tests(session: nox.Session) -> None:
     """The test suite but the slow tests, on the CPU (CUDA kernels in Numba's simulator)."""
     _install(session, "test", gpu=has_gpu(), peers=True)
+    # the CPU kernels compiled once, a process per core (else each worker compiles them)
+    session.run("python", "-m", "sdtw.warmup", "--jobs", str(os.cpu_count() or 1))
     # one worker process per core (pytest-xdist); ``nox -s tests -- -n 0`` runs in one process
     session.run(
         "python",

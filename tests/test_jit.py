@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from numba.core.caching import NullCache
 from numba.core.registry import CPUDispatcher
 
@@ -94,3 +95,15 @@ def test_a_cached_parallel_compile_is_not_loaded_as_the_serial_kernel(tmp_path):
     assert threads_started("par") == "1"
     assert threads_started("ser") == "0"
     assert threads_started("par") == "1"
+
+
+def test_warmup_runs_the_paths_it_names_and_rejects_others(capsys):
+    from sdtw import warmup
+
+    took = warmup.warmup(["alignment"], verbose=True)
+    assert list(took) == ["alignment"] and took["alignment"] >= 0
+    assert "alignment:" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"names of sdtw.warmup.PATHS .* got \['nope'\]"):
+        warmup.warmup(["nope"])
+    with pytest.raises(SystemExit):
+        warmup.main(["--jobs", "0"])
