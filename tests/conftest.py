@@ -26,13 +26,6 @@ GAMMAS = [1.0, 0.1, 0.01, 0.001]
 RTOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
-if SIMULATOR:
-    # The simulator runs a block's threads as Python threads and its block manager busy-polls
-    # them at every barrier; with the default 5 ms GIL switch interval each barrier costs
-    # milliseconds.  A short interval makes the simulator tests ~7x faster (test-only setting).
-    sys.setswitchinterval(1e-4)
-    # (... which exposes a race in the simulator's shared-array creation: the library itself
-    # serialises it, :func:`sdtw.cuda._private.patch_simulator_shared_arrays`.)
 # Without a GPU, Triton kernels run in Triton's interpreter (read when a kernel is defined;
 # set before anything imports triton).
 if not torch.cuda.is_available():

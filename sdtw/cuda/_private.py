@@ -163,6 +163,90 @@ def patch_simulator_shared_arrays() -> None:
     cls.array = array
 
 
+class _SimBlock:
+    """One simulated block's barrier state: its live threads, how many wait in
+    ``syncthreads`` and the barrier's generation, behind one condition variable."""
+
+    def __init__(self, threads: int) -> None:
+        self.cond = threading.Condition()
+        self.live, self.waiting, self.generation = threads, 0, 0
+        self.failed = None  # (the first thread that raised)
+
+    def release(self) -> None:  # (with cond held)
+        self.waiting = 0
+        self.generation += 1
+        self.cond.notify_all()
+
+
+def patch_simulator_barrier() -> None:
+    """Make the simulator's ``syncthreads`` a condition variable instead of a polled flag
+    (idempotent).
+
+    numba-cuda's simulator runs a block's threads as Python threads and its block manager
+    busy-polls every thread's "blocked" flag, holding the GIL that the threads need, until all
+    live threads are blocked.  The same semantics without the polling: a thread that reaches
+    ``syncthreads`` waits on the block's condition; the last live thread to arrive, or the last
+    thread to finish while all others wait, releases them; the manager sleeps until every
+    thread has finished or one has raised (then the others are aborted, as the simulator does,
+    and the error is raised)."""
+    import numpy as np
+    from numba.cuda.simulator import kernel as sim
+
+    if getattr(sim.BlockManager.run, "_sdtw_barrier", False):
+        return
+
+    def syncthreads(self):
+        blk = self._manager._sdtw_block
+        with blk.cond:
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads call")
+            generation = blk.generation
+            blk.waiting += 1
+            if blk.waiting == blk.live:
+                blk.release()
+            while blk.generation == generation and not self.abort:
+                blk.cond.wait()
+            if self.abort:
+                raise RuntimeError("abort flag set on syncthreads clear")
+
+    def thread_run(self):
+        try:
+            sim_run(self)
+        finally:
+            blk = self._manager._sdtw_block
+            with blk.cond:
+                blk.live -= 1
+                if self.exception is not None and blk.failed is None:
+                    blk.failed = self
+                    for other in blk.threads:
+                        other.abort = True
+                    blk.cond.notify_all()
+                elif blk.live and blk.waiting == blk.live:
+                    blk.release()
+                elif not blk.live:
+                    blk.cond.notify_all()
+
+    def run(self, grid_point, *args):
+        blk = self._sdtw_block = _SimBlock(int(np.prod(self._block_dim)))
+        blk.threads = [
+            sim.BlockThread(lambda: self._f(*args), self, grid_point, point, self._debug)
+            for point in np.ndindex(*self._block_dim)
+        ]
+        for t in blk.threads:
+            t.start()
+        with blk.cond:
+            while blk.live and blk.failed is None:
+                blk.cond.wait()
+        if blk.failed is not None:
+            raise blk.failed.exception[0].with_traceback(blk.failed.exception[1])
+
+    sim_run = sim.BlockThread.run
+    sim.BlockThread.run = thread_run
+    sim.BlockThread.syncthreads = syncthreads
+    run._sdtw_barrier = True  # type: ignore[attr-defined]
+    sim.BlockManager.run = run
+
+
 # --------------------------------------------------------------------------------------------
 # Offline compilation (the SASS tool)
 # --------------------------------------------------------------------------------------------

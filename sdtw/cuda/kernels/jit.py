@@ -23,6 +23,7 @@ if SIMULATED:
     from sdtw.cuda import _private
 
     _private.patch_simulator_shared_arrays()
+    _private.patch_simulator_barrier()
 
 
 def device(fn):
