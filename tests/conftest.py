@@ -47,29 +47,10 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 # Parametrised cases that run in the slow session only (``nox -s slow``; CI runs both), to keep
-# the default suite under CI's 6 minutes: each is a repeat, in Numba's CUDA simulator (seconds
-# a launch) or in a subprocess, of a path that the default suite still runs in another case of
-# the same test (every kernel path and every special case stays covered there at least once).
+# the default suite under CI's 6 minutes: repeats, in a subprocess, of what another case of the
+# same test still runs in the default suite.
 SLOW_CASES = frozenset(
     {
-        "test_special_values.py::test_no_finite_path_from_a_cost[first row-cuda-f64]",
-        "test_special_values.py::test_no_finite_path_from_a_cost[first row-cuda-f32]",
-        "test_special_values.py::test_no_finite_path_from_a_cost[last cell-cuda-f32]",
-        "test_special_values.py::test_no_finite_path_from_a_cost[last cell-cuda-f32-mover]",
-        "test_special_values.py::test_no_finite_path_from_a_cost[band-cuda-f64]",
-        "test_special_values.py::test_no_finite_path_from_a_cost[band-cuda-f32-mover]",
-        "test_special_values.py::test_no_finite_path_from_a_cost[lengths-cuda-f64]",
-        "test_special_values.py::test_no_finite_path_from_a_cost[lengths-cuda-f32-mover]",
-        "test_special_values.py::test_no_finite_path_whatever_the_upstream_gradient[inf-cuda-mover]",
-        "test_special_values.py::test_no_finite_path_whatever_the_upstream_gradient[nan-cuda]",
-        "test_special_values.py::test_nan_in_a_cost[cuda-f64]",
-        "test_cuda.py::test_sim_matches_reference[2-5-7-3-1.0-None-True-dtype0-False]",
-        "test_cuda.py::test_sim_matches_reference[1-33-40-3-0.1-2-False-dtype4-True]",
-        "test_cuda.py::test_sim_matches_reference[1-65-34-2-0.01-None-False-dtype5-True]",
-        "test_cuda.py::test_sim_matches_reference[1-33-40-70-0.1-5-False-dtype6-False]",
-        "test_conformance.py::test_values_and_gradients_match_the_oracle[cuda-softdtw-1.0-2-5-7-3]",
-        "test_conformance.py::test_values_and_gradients_match_the_oracle[cuda-softdtw-0.01-2-1-6-2]",
-        "test_conformance.py::test_values_and_gradients_match_the_oracle[cuda-softdtw-0.01-1-1-1-2]",
         "test_examples.py::test_examples_run_as_scripts_from_any_folder[barycenter.py-argv1]",
         "test_examples.py::test_examples_run_as_scripts_from_any_folder[forecasting.py-argv2]",
     }
