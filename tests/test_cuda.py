@@ -16,6 +16,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from numba import cuda as sim_cuda  # (the simulator's, where it is on)
 
 import sdtw
 from sdtw.cuda.config import overrides
@@ -461,3 +462,41 @@ def test_sim_async_copies_land_at_their_wait():
     S[:] = 0
     K.cp_wait()  # (nothing pending any more)
     assert not S.any()
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_barrier_waits_for_every_live_thread_and_lets_early_exits_go():
+    """The simulator's syncthreads (sdtw's condition-variable barrier): no thread passes a
+    barrier before every live thread reaches one, threads that return early do not hold the
+    others, syncthreads_count counts, and an exception in one thread reaches the caller."""
+
+    @sim_cuda.jit
+    def steps(out, counts):
+        t = sim_cuda.threadIdx.x
+        if t >= 20:  # (12 threads leave before any barrier)
+            return
+        for s in range(3):
+            out[s, t] = out[s - 1, (t + 1) % 20] + 1 if s > 0 else t
+            sim_cuda.syncthreads()
+        counts[t] = sim_cuda.syncthreads_count(t % 2)
+
+    out = np.zeros((3, 20), dtype=np.int64)
+    counts = np.zeros(20, dtype=np.int64)
+    steps[2, 32](out, counts)  # (two blocks: the barrier's state is each block's own)
+    want = np.arange(20)
+    for s in range(1, 3):
+        want = np.roll(want, -1) + 1
+        np.testing.assert_array_equal(out[s], want)  # (each read came after the barrier)
+    assert (counts == 10).all()
+
+    @sim_cuda.jit
+    def fails(out):
+        t = sim_cuda.threadIdx.x
+        sim_cuda.syncthreads()
+        if t == 5:
+            out[100] = 1.0  # (out of bounds: IndexError in the simulator)
+        sim_cuda.syncthreads()
+
+    with pytest.raises(IndexError):
+        fails[1, 8](np.zeros(4))
