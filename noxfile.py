@@ -167,7 +167,7 @@ def tests(session: nox.Session) -> None:
     """The test suite but the slow tests, on the CPU (CUDA kernels in Numba's simulator)."""
     _install(session, "test", gpu=has_gpu(), peers=True)
     # the CPU kernels compiled once, a process per core (else each worker compiles them)
-    session.run("python", "-m", "sdtw.warmup", "--jobs", str(os.cpu_count() or 1))
+    session.run("python", "-m", "sdtw.warmup", "--jobs", str(len(os.sched_getaffinity(0))))
     # one worker process per core (pytest-xdist); ``nox -s tests -- -n 0`` runs in one process
     session.run(
         "python",

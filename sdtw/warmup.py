@@ -75,33 +75,45 @@ def _alignment(B: int, N: int, **kw) -> None:
     sdtw.alignment(x.detach(), y.detach(), backend="cpu", **kw)
 
 
+def _values(B: int, N: int, **kw) -> None:
+    """The value only (no gradient: the values-only kernels where there are some)."""
+    import sdtw
+
+    x, y = _pair(B, N, N + 1)
+    with torch.no_grad():
+        sdtw.softdtw(x, y, backend="cpu", **kw)
+
+
 #: name -> the call that compiles it.  Sizes: B = 2 pairs of 5 (serial kernels) or 200 rows
-#: (parallel); B = 16 and 32 take the SIMD lanes (one group: serial; two: parallel).
+#: (parallel); B = 16 and 32 take the SIMD lanes (one group: serial; two: parallel).  Paths
+#: that share kernels are one entry (the Euclidean and L1 costs are a runtime code of the
+#: scalar kernels; the alignment is the cost tensor's backward; exact all pairs is soft's
+#: kernel at gamma = 0), so that no two jobs compile the same kernel.
 PATHS: dict[str, Callable[[], None]] = {
-    "softdtw scalar": lambda: (_softdtw(2, 5), _softdtw(2, 200)),
+    "softdtw scalar": lambda: (_softdtw(2, 5), _softdtw(2, 200, dist="euclidean")),
     "softdtw lanes": lambda: (_softdtw(16, 5), _softdtw(32, 40)),
     "softdtw checkpoint": lambda: (
         _softdtw(2, 5, memory="checkpoint"),
         _softdtw(2, 200, memory="checkpoint"),
     ),
-    "softdtw euclidean, l1": lambda: (
-        _softdtw(2, 5, dist="euclidean"),
-        _softdtw(2, 200, dist="euclidean"),
-        _softdtw(2, 5, dist="l1"),
-        _softdtw(2, 200, dist="l1"),
+    "softdtw cost tensor, alignment": lambda: (
+        _from_cost(2, 5),
+        _from_cost(2, 200),
+        _alignment(2, 5),
     ),
-    "softdtw cost tensor": lambda: (_from_cost(2, 5), _from_cost(2, 200)),
-    "exact dtw": lambda: (_softdtw(2, 5, gamma=0.0), _softdtw(2, 200, gamma=0.0)),
-    "all pairs": lambda: (
-        _cdist(3, 5),
-        _cdist(40, 30),
-        _cdist(3, 5, gamma=0.0),
-        _cdist(40, 30, gamma=0.0),
+    "exact dtw": lambda: (
+        _softdtw(2, 5, gamma=0.0),
+        _softdtw(2, 200, gamma=0.0),
+        _values(2, 5, gamma=0.0),
+        _values(2, 200, gamma=0.0),
     ),
-    "alignment": lambda: _alignment(2, 5),
+    "all pairs": lambda: (_cdist(3, 5), _cdist(40, 30)),
     "soft-msm scalar": lambda: (_soft_msm(2, 5), _soft_msm(2, 200)),
-    "soft-msm lanes": lambda: (_soft_msm(16, 5), _soft_msm(32, 40)),
-    "soft-msm alignment": lambda: _alignment(2, 5, measure="softmsm"),
+    "soft-msm lanes, alignment": lambda: (
+        _soft_msm(16, 5),
+        _soft_msm(32, 40),
+        _alignment(2, 5, measure="softmsm"),
+    ),
 }
 
 
@@ -126,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m sdtw.warmup", description=__doc__.split("\n")[0])
     p.add_argument("--jobs", type=int, default=1, help="processes to split the paths over")
     p.add_argument("--quiet", action="store_true", help="print nothing")
-    p.add_argument("--paths", nargs="+", help=argparse.SUPPRESS)  # (one job's share)
+    p.add_argument("--paths", nargs="+", choices=list(PATHS), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")

@@ -470,6 +470,11 @@ def test_sim_barrier_waits_for_every_live_thread_and_lets_early_exits_go():
     """The simulator's syncthreads (sdtw's condition-variable barrier): no thread passes a
     barrier before every live thread reaches one, threads that return early do not hold the
     others, syncthreads_count counts, and an exception in one thread reaches the caller."""
+    from numba.cuda.simulator import kernel as simulator
+
+    import sdtw.cuda.kernels.jit  # noqa: F401  (applies the patch, as the kernels' import does)
+
+    assert simulator.BlockManager.run._sdtw_barrier
 
     @sim_cuda.jit
     def steps(out, counts):

@@ -20,6 +20,8 @@ torch's current stream            ``torch._C._cuda_getCurrentRawStream``     ``c
 saved-tensor hooks in force       ``torch._C._autograd``'s hook stack        assume hooks
 simulator block state             the simulated thread's block manager       none (tests only)
 simulator shared arrays           ``FakeCUDAShared.array``                   none (tests only)
+simulator barrier                 ``BlockManager.run``, ``BlockThread``'s    none (tests only)
+                                  ``run`` / ``syncthreads``
 offline compile for a GPU         ``numba.cuda.dispatcher``'s device query   none (dev tool)
 ================================  =========================================  ====================
 
