@@ -238,9 +238,12 @@ def patch_simulator_barrier() -> None:
             t.start()
         with blk.cond:
             while blk.live and blk.failed is None:
-                blk.cond.wait()
-        if blk.failed is not None:
-            raise blk.failed.exception[0].with_traceback(blk.failed.exception[1])
+                # (the timeout: a thread that died outside the bookkeeping ends the wait too)
+                if not blk.cond.wait(timeout=1.0) and not any(t.is_alive() for t in blk.threads):
+                    break
+        failed = blk.failed or next((t for t in blk.threads if t.exception), None)
+        if failed is not None:
+            raise failed.exception[0].with_traceback(failed.exception[1])
 
     sim_run = sim.BlockThread.run
     sim.BlockThread.run = thread_run
