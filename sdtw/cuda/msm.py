@@ -85,13 +85,32 @@ MAX_N = 4 * WARP * MAX_ROWS
 
 
 @device
-def _softmin3(a, b, c, gamma, ig):
-    """``softmin_gamma(a, b, c)``, ``ig = 1 / gamma``; ``+inf`` if all three are."""
+def _order3(a, b, c):
+    """``(m, o1, hi1)``: the minimum of the three and the other two."""
     lo1, hi1 = (a, b) if a <= b else (b, a)
     m, o1 = (c, lo1) if c < lo1 else (lo1, c)
+    return m, o1, hi1
+
+
+@device
+def _softmin3(a, b, c, gamma, ig):
+    """``softmin_gamma(a, b, c)``, ``ig = 1 / gamma``; ``+inf`` if all three are."""
+    m, o1, hi1 = _order3(a, b, c)
     if m == INF:
         return m
     return m - gamma * math.log1p(math.exp((m - o1) * ig) + math.exp((m - hi1) * ig))
+
+
+@device
+def _partials(dp, do, wa, wb, keep, k):
+    """C's partial derivatives ``(dv, dp, do)`` from ``dp = v - p``, ``do = v - o``, the legs'
+    weights, ``keep = 1 - s(u)`` and ``k = S s'(u)``, in their own precision:
+    ``dC = keep (wa da + wb db) - k du``."""
+    keep2 = keep + keep
+    d_v = keep2 * (wa * dp + wb * do) - k * (dp + do)
+    d_p = -keep2 * wa * dp + k * do
+    d_o = -keep2 * wb * do + k * dp
+    return d_v, d_p, d_o
 
 
 @device
@@ -108,10 +127,7 @@ def _transition(v, p, o, c, gamma, ig):
     rs = 1.0 / math.sqrt(u * u + GATE_EPS)
     keep = 0.5 * (1.0 + u * rs)  # 1 - s(u)
     k = S * (-0.5 * GATE_EPS) * (rs * rs * rs)
-    d_v = keep * 2.0 * (wa * dp + wb * do) - k * (dp + do)
-    d_p = -keep * 2.0 * wa * dp + k * do
-    d_o = -keep * 2.0 * wb * do + k * dp
-    return c + keep * S, d_v, d_p, d_o
+    return (c + keep * S, *_partials(dp, do, wa, wb, keep, k))
 
 
 # The float32 forms (float32 inputs): the hardware's approximate ex2 / lg2 / rcp / rsqrt of
@@ -136,8 +152,7 @@ def _exp_scaled(z):
 @device
 def _softmin3_fast(a, b, c, gamma, ig2):
     """:func:`_softmin3` with float32 ``ex2`` / ``lg2`` (the sum lies in [1, 3])."""
-    lo1, hi1 = (a, b) if a <= b else (b, a)
-    m, o1 = (c, lo1) if c < lo1 else (lo1, c)
+    m, o1, hi1 = _order3(a, b, c)
     if m == INF:
         return m
     s = float32(1.0) + exp2(narrow((m - o1) * ig2)) + exp2(narrow((m - hi1) * ig2))
@@ -166,10 +181,7 @@ def _transition_fast(v, p, o, c, gamma, ig2):
     keep = float32(0.5) * (one + ratio)  # 1 - s(u)
     # (where u^2 overflows float32, S may too and rs is 0: S s'(u) is 0, not inf * 0)
     k = narrow(S) * (float32(-0.5) * _EPS32) * (rs * rs * rs) if finite else float32(0.0)
-    two = float32(2.0)
-    d_v = keep * two * (wa * dp32 + wb * do32) - k * (dp32 + do32)
-    d_p = -keep * two * wa * dp32 + k * do32
-    d_o = -keep * two * wb * do32 + k * dp32
+    d_v, d_p, d_o = _partials(dp32, do32, wa, wb, keep, k)
     return c + float64(keep) * S, float64(d_v), float64(d_p), float64(d_o)
 
 
