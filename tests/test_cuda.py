@@ -505,3 +505,27 @@ def test_sim_barrier_waits_for_every_live_thread_and_lets_early_exits_go():
 
     with pytest.raises(IndexError):
         fails[1, 8](np.zeros(4))
+
+
+@requires_sim
+@pytest.mark.cudasim
+def test_sim_barrier_checks_the_simulator_layout_it_replaces():
+    """The barrier patch is applied only where the simulator's thread and block classes have
+    the members it uses; a changed constructor or a missing method means the simulator's own
+    barrier stays (with a warning), not a patched one that misreads the threads."""
+    import types
+
+    from numba.cuda.simulator import kernel as simulator
+
+    from sdtw.cuda import _private
+
+    assert _private._sim_layout_known(simulator)
+
+    class Thread(simulator.BlockThread):
+        def __init__(self, f, manager, block, thread, debug, extra):  # (a new parameter)
+            pass
+
+    changed = types.SimpleNamespace(BlockThread=Thread, BlockManager=simulator.BlockManager)
+    assert not _private._sim_layout_known(changed)
+    no_run = types.SimpleNamespace(BlockThread=simulator.BlockThread, BlockManager=object)
+    assert not _private._sim_layout_known(no_run)

@@ -20,8 +20,8 @@ torch's current stream            ``torch._C._cuda_getCurrentRawStream``     ``c
 saved-tensor hooks in force       ``torch._C._autograd``'s hook stack        assume hooks
 simulator block state             the simulated thread's block manager       none (tests only)
 simulator shared arrays           ``FakeCUDAShared.array``                   none (tests only)
-simulator barrier                 ``BlockManager.run``, ``BlockThread``'s    none (tests only)
-                                  ``run`` / ``syncthreads``
+simulator barrier                 ``BlockManager.run``, ``BlockThread``'s    the simulator's polled
+                                  ``run`` / ``syncthreads``                  barrier (tests only)
 offline compile for a GPU         ``numba.cuda.dispatcher``'s device query   none (dev tool)
 ================================  =========================================  ====================
 
@@ -180,6 +180,24 @@ class _SimBlock:
         self.cond.notify_all()
 
 
+def _sim_layout_known(sim) -> bool:
+    """Whether the simulator's thread and block classes have the members the barrier uses
+    (their constructors' parameters and the methods it replaces)."""
+    import inspect
+
+    try:
+        thread = list(inspect.signature(sim.BlockThread.__init__).parameters)
+        manager = list(inspect.signature(sim.BlockManager.__init__).parameters)
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return (
+        thread == ["self", "f", "manager", "blockIdx", "threadIdx", "debug"]
+        and manager[:2] == ["self", "f"]
+        and all(callable(getattr(sim.BlockThread, k, None)) for k in ("run", "syncthreads"))
+        and callable(getattr(sim.BlockManager, "run", None))
+    )
+
+
 def patch_simulator_barrier() -> None:
     """Make the simulator's ``syncthreads`` a condition variable instead of a polled flag
     (idempotent).
@@ -195,6 +213,14 @@ def patch_simulator_barrier() -> None:
     from numba.cuda.simulator import kernel as sim
 
     if getattr(sim.BlockManager.run, "_sdtw_barrier", False):
+        return
+    _checked("the simulator barrier")
+    if not _sim_layout_known(sim):
+        _warn_once(
+            "barrier",
+            "numba-cuda's simulator threads are not laid out as sdtw's barrier expects "
+            "(BlockThread / BlockManager changed); its own polled syncthreads stays, slower",
+        )
         return
 
     def syncthreads(self):
