@@ -2,8 +2,9 @@
 reference: the wavefront kernels at sizes past each rows-per-thread boundary (N = 33, 65, 129,
 300 take 2, 4, 8, 16 rows in one warp; 513 takes 16 in 2 warps), a strip that ends on the last
 thread (N = 64), N != M, length 1, per-pair lengths, a band, several channels, blocks of 2, 4
-and 8 warps (the hand-over between warps); the diagonal kernels past ``MAX_N`` rows; an upstream
-gradient other than ones throughout; the rule that picks rows and warps."""
+and 8 warps (the hand-over between warps), a task's rows in bands on blocks of their own (the
+hand-over between blocks); the diagonal kernels past ``MAX_N`` rows; an upstream gradient other
+than ones throughout; the rules that pick rows, warps and bands."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 import sdtw
 from sdtw.band import band_offsets, pair_offsets
 from sdtw.cpu import _tables
-from sdtw.cuda.msm import MAX_N, _shape, msm_cuda
+from sdtw.cuda.msm import MAX_N, _bands, _shape, msm_cuda
 from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
 from tests.conftest import requires_gpu, requires_sim
 
@@ -100,6 +101,57 @@ def test_several_warps_per_task(rng, warps, B, N, M, bandwidth, lengths):
     np.testing.assert_allclose(v.numpy(), values, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gx.numpy(), ex, rtol=1e-10, atol=1e-11)
     np.testing.assert_allclose(gy.numpy(), ey, rtol=1e-10, atol=1e-11)
+
+
+def _tables_of(B, N, M, bandwidth, lengths):
+    if lengths is None:
+        return _tables(B, N, M, *band_offsets(N, M, bandwidth), None)
+    return _tables(B, N, M, *pair_offsets(*lengths, bandwidth), lengths)
+
+
+@requires_sim
+@pytest.mark.parametrize(
+    ("bands", "warps", "B", "N", "M", "D", "bandwidth", "lengths", "dtype"),
+    [
+        (3, 1, 1, 70, 20, 1, None, None, "float64"),  # 32-row bands, the last part-full
+        (2, 1, 1, 200, 9, 1, None, None, "float64"),  # 4 rows a thread: 128-row bands
+        (3, 2, 1, 130, 40, 1, 5, None, "float64"),  # 2 warps a band, a band of the table
+        (4, 1, 2, 100, 1, 1, None, None, "float64"),  # one column
+        (4, 1, 2, 97, 35, 2, None, None, "float64"),  # two channels
+        # per-pair lengths: a pair whose rows end in the first band (the others do nothing)
+        (4, 1, 3, 100, 40, 1, 7, ([100, 40, 1], [40, 3, 40]), "float64"),
+        (3, 1, 2, 90, 37, 1, None, None, "float32"),
+    ],
+)
+def test_bands_of_rows_on_blocks_of_their_own(rng, bands, warps, B, N, M, D, bandwidth,
+                                              lengths, dtype):  # fmt: skip
+    """A task's rows split into bands, a block each, handing each band's last row (forward)
+    and what it pushes into the row above and gy's partial sums (backward) to its neighbour
+    through global memory: the reference's values and gradients, and with a row a thread the
+    same bits as one block of the same rows (the same operations in the same order)."""
+    dt = getattr(torch, dtype)
+    x = torch.as_tensor(rng.standard_normal((B, N, D))).to(dt)
+    y = torch.as_tensor(rng.standard_normal((B, M, D))).to(dt)
+    tables = _tables_of(B, N, M, bandwidth, lengths)
+    got = msm_cuda(x, y, C, GAMMA, tables, True, warps=warps, bands=bands)
+    want = reference(x.double(), y.double(), bandwidth, lengths)
+    for g, w in zip(got, want, strict=True):
+        if dtype == "float64":
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-12, atol=1e-12)
+        else:
+            assert np.linalg.norm(g.numpy() - w) <= 1e-6 * np.linalg.norm(w)
+    if _shape(-(-N // bands), B * D * bands, 0, warps)[0] == 1 and N <= 16 * 32:
+        whole = msm_cuda(x, y, C, GAMMA, tables, True, warps=-(-N // 32), bands=1)
+        assert all(torch.equal(a, b) for a, b in zip(got, whole, strict=True))
+
+
+def test_the_rule_for_bands():
+    assert _bands(512, 32, 132) == 4  # B = 32 on an H100: 4 bands of 128 rows
+    assert _shape(128, 4 * 32, 132) == (1, 4)  # (a band: a warp for each sub-partition)
+    assert _bands(1024, 32, 132) == 4 and _bands(2048, 1, 132) == 16
+    assert _bands(512, 67, 132) == 1  # tasks enough for every other SM: one block a task
+    assert _bands(128, 1, 132) == 1 and _bands(129, 1, 132) == 2
+    assert _bands(512, 1, 0) == 1  # (the simulator: bands only where asked for)
 
 
 #: (B, N, M, D, bandwidth, lengths, gamma, repeated, warps): float32 inputs
@@ -199,3 +251,24 @@ def test_gpu_every_shape_of_the_rule(rng, N, dtype):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-11)
         else:
             assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gpu_bands_are_the_one_block_bits(rng, dtype):
+    """At the benchmark's size (B = 32, N = M = 512: the rule's 4 bands of 128 rows, every
+    band waiting on its neighbour's hand-over values), the same bits as one block of 16 warps
+    per task, values and gradients; and 16 bands at N = 2048 against 4 rows a thread."""
+    for B, N, warps in ((32, 512, 16), (2, 2048, 16)):
+        x = torch.as_tensor(rng.standard_normal((B, N, 1)), dtype=dtype).cuda()
+        y = torch.as_tensor(rng.standard_normal((B, N, 1)), dtype=dtype).cuda()
+        tables = _tables_of(B, N, N, None, None)
+        banded = msm_cuda(x, y, C, GAMMA, tables, True)
+        whole = msm_cuda(x, y, C, GAMMA, tables, True, warps=warps, bands=1)
+        for a, b in zip(banded, whole, strict=True):
+            if N == 512:
+                assert torch.equal(a, b)
+            else:  # (other rows a thread: other sums' orders)
+                tol = 1e-12 if dtype == torch.float64 else 1e-5
+                assert torch.linalg.norm(a - b) <= tol * torch.linalg.norm(b)

@@ -65,12 +65,26 @@ import math
 
 import numpy as np
 import torch
-from numba import cuda, float32, float64
+from numba import cuda, float32, float64, int64
 
 from sdtw.cuda._launch import numba_stream as _stream
 from sdtw.cuda._launch import numba_view as _arr
+from sdtw.cuda.kernels.geometry import SENTINEL
+from sdtw.cuda.kernels.handoff import take_ticket
 from sdtw.cuda.kernels.jit import SIMULATED, device, kernel
-from sdtw.cuda.kernels.primitives import exp2, fast_rcp, fast_rsqrt, log2, narrow
+from sdtw.cuda.kernels.primitives import (
+    any_lane,
+    as_bits,
+    exp2,
+    fast_rcp,
+    fast_rsqrt,
+    from_bits,
+    log2,
+    narrow,
+    poll,
+    st_if,
+    sync_band,
+)
 from sdtw.msm_reference import GATE_EPS
 
 __all__ = ["MAX_N", "msm_cuda"]
@@ -294,33 +308,80 @@ def _row_functions(fast: bool) -> tuple:
     return _forward_row, _backward_row
 
 
+@device
+def _take_group(bnd, base, col0, limit, pref, grp):
+    """The calling warp's group of 32 hand-over values, columns ``col0 + lane`` of the row at
+    flat index ``base`` of ``bnd`` (float64 bits, ``SENTINEL`` until written; columns
+    ``>= limit`` read as +inf): ``pref`` holds each lane's bits read a group earlier; wait
+    until all are written, store them in the shared ``grp`` and return the bits of the next
+    group, read now so that its latency overlaps this group's steps."""
+    lane = cuda.threadIdx.x % WARP
+    col = col0 + lane
+    mine = col < limit
+    while any_lane(mine and pref == SENTINEL):
+        if mine and pref == SENTINEL:
+            pref = poll(bnd, base + col)
+    sync_band()  # (the warp is done with the group before)
+    grp[lane] = from_bits(pref) if mine else INF
+    sync_band()
+    return poll(bnd, base + min(col + WARP, limit - 1))
+
+
+@device
+def _wait_value(bnd, idx):
+    """``bnd[idx]`` as a float64 once written (one thread spins on it)."""
+    v = poll(bnd, idx)
+    while v == SENTINEL:
+        v = poll(bnd, idx)
+    return from_bits(v)
+
+
 @functools.cache
-def _wavefront(rows: int, warps: int, fast: bool = False) -> tuple:
+def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -> tuple:
     """The (forward, backward) kernels for ``rows`` rows per thread, ``warps`` warps per
-    task, float32 transcendentals if ``fast`` (:func:`_row_functions`)."""
+    block, float32 transcendentals if ``fast`` (:func:`_row_functions`); with ``split``, a
+    task's rows in bands of ``32 warps rows`` rows, a block each (:func:`_bands`)."""
     T = WARP * warps
+    BR = T * rows  # (a band's rows)
     forward_row, backward_row = _row_functions(fast)
     down = _unrolled(forward_row, rows, False)
     up_strip = _unrolled(backward_row, rows, True)
     scale = LOG2E if fast else 1.0
 
     @kernel
-    def forward(x, y, c, gamma, ns, ms, los, his, R):
-        task = cuda.blockIdx.x
+    def forward(x, y, c, gamma, ns, ms, los, his, R, bnd, bands):
         th = cuda.threadIdx.x
+        if split:  # (bands in ticket order: a band only waits for the one above, started first)
+            tk = cuda.shared.array(1, int64)
+            t = take_ticket(bnd, tk)
+            tasks = cuda.gridDim.x // bands
+            band, task = t // tasks, t % tasks
+        else:
+            band, task = 0, cuda.blockIdx.x
         D = x.shape[2]
+        Mx = y.shape[1]
         b, d = task // D, task % D
         n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+        top = band * BR
+        if top >= n:
+            return  # (the whole block: a band past this pair's rows)
         ig = scale / gamma
-        i0 = th * rows
-        used = (n + rows - 1) // rows  # threads with rows
+        i0 = top + th * rows
+        used = min((n - top + rows - 1) // rows, T)  # threads with rows
         hand = cuda.shared.array((2, T), float64)  # each thread's bottom row, by step parity
         Rs = cuda.local.array(rows, float64)  # the strip's column j - 1, then j
         xs = cuda.shared.array((rows, T), float64)  # (off the chain: registers for Rs)
+        grp = cuda.shared.array(WARP, float64)  # the row above the band, a group of columns
         for k in range(rows):
             Rs[k] = INF
             xs[k, th] = x[b, min(i0 + k, n - 1), d]
         x_above = x[b, max(min(i0, n) - 1, 0), d]
+        # split: the band above's last row arrives through bnd, and this band's goes below
+        fed = split and band > 0 and th < WARP  # (warp 0, for thread 0)
+        feeds = split and th == T - 1 and top + BR < n
+        row_in = (task * bands + band) * Mx
+        row_out = row_in + Mx
+        pref = poll(bnd, row_in + min(th % WARP, m - 1)) if fed else 0
         bot = INF  # this thread's bottom row at the last column it computed
         up_prev = INF
         yv = 0.0
@@ -329,9 +390,15 @@ def _wavefront(rows: int, warps: int, fast: bool = False) -> tuple:
             hand[s & 1, th] = bot
             cuda.syncthreads()
             j = s - th
+            if fed and (s & (WARP - 1)) == 0 and s < m:
+                pref = _take_group(bnd, row_in, s, m, pref, grp)
             if th == 0:
-                up = INF
-                diag = 0.0 if j == 0 else INF  # (R[0, 0] = (x_0 - y_0)^2 exactly)
+                if split and band > 0:
+                    up = grp[s & (WARP - 1)] if s < m else INF
+                    diag = up_prev
+                else:
+                    up = INF
+                    diag = 0.0 if j == 0 else INF  # (R[0, 0] = (x_0 - y_0)^2 exactly)
             else:
                 up = hand[s & 1, th - 1]
                 diag = up_prev
@@ -344,17 +411,29 @@ def _wavefront(rows: int, warps: int, fast: bool = False) -> tuple:
                 args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
                 down(0, args, (diag, up, x_above))
                 bot = Rs[rows - 1]
+                if split:
+                    st_if(bnd, row_out + j, as_bits(bot), feeds)
 
     @kernel
-    def backward(x, y, c, gamma, ns, ms, los, his, R, gx, gy):
-        task = cuda.blockIdx.x
+    def backward(x, y, c, gamma, ns, ms, los, his, R, gx, gy, bnd_g, bnd_y, bnd_x, bands):
         th = cuda.threadIdx.x
+        if split:  # (bottom band first: a band only waits for the one below, started first)
+            tk = cuda.shared.array(1, int64)
+            t = take_ticket(bnd_x, tk)
+            tasks = cuda.gridDim.x // bands
+            band, task = bands - 1 - t // tasks, t % tasks
+        else:
+            band, task = 0, cuda.blockIdx.x
         D = x.shape[2]
+        Mx = y.shape[1]
         b, d = task // D, task % D
         n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+        top = band * BR
+        if top >= n:
+            return
         ig = scale / gamma
-        i0 = th * rows
-        last = (n + rows - 1) // rows - 1  # the last thread with rows
+        i0 = top + th * rows
+        last = min((n - top + rows - 1) // rows, T) - 1  # the last thread with rows
         mine = i0 < n
         hand = cuda.shared.array((2, T), float64)  # pushed into the row above, by step parity
         hand_y = cuda.shared.array((2, T), float64)  # gy's partial sums, by step parity
@@ -364,6 +443,8 @@ def _wavefront(rows: int, warps: int, fast: bool = False) -> tuple:
         # (off the steps' dependency chains, in shared memory: registers for the rest)
         xs = cuda.shared.array((rows, T), float64)
         gxs = cuda.shared.array((rows, T), float64)
+        grp_g = cuda.shared.array(WARP, float64)  # from the band below, a group of columns
+        grp_y = cuda.shared.array(WARP, float64)
         for k in range(rows):
             i = i0 + k
             Rs[k] = R[task, i, m - 1] if i < n else INF
@@ -376,6 +457,16 @@ def _wavefront(rows: int, warps: int, fast: bool = False) -> tuple:
         R_above = R[task, i0 - 1, m - 1] if above else INF
         R_above_next = R[task, i0 - 1, m - 2] if (above and m >= 2) else INF
         gx_above = 0.0  # what the top row's up edges owe x_{i0-1}
+        # split: what the band below pushes into this band's last row and gy's partial sums
+        # arrive through bnd_g / bnd_y, columns right to left; this band's go to the band above
+        fed_band = split and top + BR < n
+        fed = fed_band and th // WARP == last // WARP  # (the last thread's warp)
+        feeds = split and band > 0 and th == 0
+        row_in = (task * bands + band) * Mx
+        row_out = row_in - Mx
+        lane_col = min(th % WARP, m - 1)
+        pref_g = poll(bnd_g, row_in + lane_col) if fed else 0
+        pref_y = poll(bnd_y, row_in + lane_col) if fed else 0
         j0 = (m - 1) + last - th  # the column at step 0
         ya = y[b, j0, d] if 0 <= j0 and j0 < m else 0.0
         yb = y[b, j0 - 1, d] if 0 <= j0 - 1 and j0 - 1 < m else 0.0
@@ -387,10 +478,16 @@ def _wavefront(rows: int, warps: int, fast: bool = False) -> tuple:
             hand[s & 1, th] = send
             hand_y[s & 1, th] = gy_send
             cuda.syncthreads()
+            if fed and (s & (WARP - 1)) == 0 and s < m:
+                pref_g = _take_group(bnd_g, row_in, s, m, pref_g, grp_g)
+                pref_y = _take_group(bnd_y, row_in, s, m, pref_y, grp_y)
             G_below = gy_below = 0.0
             if th < last:
                 G_below = hand[s & 1, th + 1]
                 gy_below = hand_y[s & 1, th + 1]
+            elif fed_band and s < m:  # (the last thread, column m - 1 - s)
+                G_below = grp_g[s & (WARP - 1)]
+                gy_below = grp_y[s & (WARP - 1)]
             j = j0 - s
             yj, yp = ya, yb
             ya = yb
@@ -408,19 +505,45 @@ def _wavefront(rows: int, warps: int, fast: bool = False) -> tuple:
                 match_top = o_match
                 gy_send = gyj
                 gy_carry = gyp
-                if th == 0:
+                if th == 0 and band == 0:
                     gy[b, j, d] = gyj
+                if split:  # (columns right to left: index m - 1 - j)
+                    st_if(bnd_g, row_out + (m - 1 - j), as_bits(send), feeds)
+                    st_if(bnd_y, row_out + (m - 1 - j), as_bits(gyj), feeds)
         p = (m + last) & 1
         hand[p, th] = gx_above
         cuda.syncthreads()
+        if split:
+            st_if(bnd_x, task * bands + band - 1, as_bits(gx_above), feeds)
         if mine:
             extra = hand[p, th + 1] if th < last else 0.0  # what thread + 1 owes the last row
+            if fed_band and th == last:
+                extra = _wait_value(bnd_x, task * bands + band)
             for k in range(rows):
                 i = i0 + k
                 if i < n:
                     gx[b, i, d] = gxs[k, th] + (extra if k == rows - 1 else 0.0)
 
     return forward, backward
+
+
+#: A band's rows where a task's rows are split over several SMs (:func:`_bands`): 4 warps of a
+#: row a thread, a warp for each of the SM's sub-partitions.
+BAND_ROWS = 4 * WARP
+
+
+def _bands(N: int, tasks: int, sms: int) -> int:
+    """Bands per task: 1 where the tasks give at least every other SM one (or in the
+    simulator, ``sms = 0``), else up to one per ``BAND_ROWS`` rows and at most the SMs per task.
+
+    A task's rows are a chain of dependencies that one SM runs a step at a time; at B = 32,
+    N = 512 a block of 16 warps issued a step's 512 cells on one SM while 100 of an H100's 132
+    were idle.  Bands on their own SMs run the same steps with a quarter of the cells each, the
+    band below trailing the one above by its own rows' steps plus a group of hand-over values
+    (see the module's docstring)."""
+    if sms == 0 or 2 * tasks > sms or N <= BAND_ROWS:
+        return 1
+    return min(-(-N // BAND_ROWS), sms // tasks)
 
 
 def _shape(N: int, tasks: int, sms: int, warps: int | None = None) -> tuple[int, int] | None:
@@ -597,16 +720,26 @@ def _multiprocessors(device: torch.device) -> int:
 
 
 def msm_cuda(
-    x, y, c: float, gamma: float, tables: tuple, need: bool, *, warps: int | None = None
+    x,
+    y,
+    c: float,
+    gamma: float,
+    tables: tuple,
+    need: bool,
+    *,
+    warps: int | None = None,
+    bands: int | None = None,
 ) -> tuple:
     """Values (B,) and, with ``need``, the gradients wrt x (B, N, D) and y (B, M, D) of
     Soft-MSM, float64; ``tables``: int64 NumPy arrays ``(n, m, lo, hi)`` (B,) of each pair's
     lengths and band offsets.  No autograd.
 
-    N up to ``MAX_N``: the wavefront kernels, one block of ``warps`` warps (None:
-    :func:`_shape`'s rule, 1 to 16; an override up to 16, with rows times warps at most 64) per
-    (pair, channel), with float32 transcendentals for float32 inputs (:func:`_row_functions`)
-    and float64 ones otherwise; beyond, the diagonal kernels (float64)."""
+    The wavefront kernels where a band's rows fit (``MAX_N``): a (pair, channel) task's rows
+    in ``bands`` bands (None: :func:`_bands`'s rule; 1 where the tasks fill the GPU), one block
+    of ``warps`` warps each (None: :func:`_shape`'s rule for the band's rows, 1 to 16; an
+    override up to 16, with rows times warps at most 64), with float32 transcendentals for
+    float32 inputs (:func:`_row_functions`) and float64 ones otherwise; beyond, the diagonal
+    kernels (float64)."""
     fast = x.dtype == torch.float32
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
@@ -617,25 +750,37 @@ def msm_cuda(
     stream = _stream(dev)
     lens = [_arr(t) for t in (ns, ms, los, his)]
     args = (_arr(a), _arr(b), float(c), float(gamma), *lens)
-    shape = _shape(N, B * D, _multiprocessors(dev), warps)
-    grid = B * D
+    sms = _multiprocessors(dev)
+    nb = _bands(N, B * D, sms) if bands is None else bands
+    shape = _shape(-(-N // nb), B * D * nb, sms, warps)
     if shape is not None:
-        forward, backward = _wavefront(*shape, fast)
+        nb = -(-N // (WARP * shape[1] * shape[0]))  # (the bands that have rows)
+    grid = B * D * nb
+
+    def hand_over(size: int):  # (split: values handed between bands; a 1-element dummy else)
+        if nb == 1:
+            return _arr(torch.zeros(1, dtype=torch.int64, device=dev))
+        return _arr(torch.full((size,), SENTINEL, dtype=torch.int64, device=dev))
+
+    if shape is not None:
+        forward, backward = _wavefront(*shape, fast, nb > 1)
         threads = WARP * shape[1]
         R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
+        forward[grid, threads, stream](*args, _arr(R), hand_over(grid * M + 1), nb)
     else:
         forward, threads = _forward, 8 if SIMULATED else 128
         R = torch.full((B * D, N, M), math.inf, dtype=torch.float64, device=dev)
-    forward[grid, threads, stream](*args, _arr(R))
+        forward[B * D, threads, stream](*args, _arr(R))
     values = R[torch.arange(B * D, device=dev), ns.repeat_interleave(D) - 1,
                ms.repeat_interleave(D) - 1].reshape(B, D).sum(1)  # fmt: skip
     if not need:
         return values, None, None
     gx, gy = torch.zeros_like(a), torch.zeros_like(b)
     if shape is not None:
-        backward[grid, threads, stream](*args, _arr(R), _arr(gx), _arr(gy))
+        hands = (hand_over(grid * M), hand_over(grid * M), hand_over(grid + 1))
+        backward[grid, threads, stream](*args, _arr(R), _arr(gx), _arr(gy), *hands, nb)
         return values, gx, gy
     G = torch.zeros_like(R)
-    _occupancy[grid, threads, stream](*args, _arr(R), _arr(G))
-    _gradients[grid, threads, stream](*args, _arr(R), _arr(G), _arr(gx), _arr(gy))
+    _occupancy[B * D, threads, stream](*args, _arr(R), _arr(G))
+    _gradients[B * D, threads, stream](*args, _arr(R), _arr(G), _arr(gx), _arr(gy))
     return values, gx, gy
