@@ -27,6 +27,7 @@ __all__ = [
     "forward",
     "forward_backward",
     "forward_grads",
+    "launch",
     "launch_counts",
     "sqeuclidean",
     "storage_dtype",
@@ -77,6 +78,23 @@ def _stream(device: torch.device) -> tuple:
 
         s = _streams[ptr] = (cuda.external_stream(ptr), ptr)
     return s
+
+
+_kernel_launchers: dict[int, tuple] = {}
+
+
+def launch(dispatcher, grid: int, block: int, device: torch.device, *args) -> None:
+    """Launch ``dispatcher`` on torch's current stream with tensors and Python scalars as
+    arguments, through a :class:`sdtw.cuda._private.Launcher` made once per kernel (the
+    simpler kernels' launchers: Numba's own launch costs about 20 us of host time per tensor
+    argument on top of its dispatch)."""
+    entry = _kernel_launchers.get(id(dispatcher))
+    if entry is None or entry[0] is not dispatcher:
+        entry = _kernel_launchers[id(dispatcher)] = (
+            dispatcher,
+            _private.Launcher(dispatcher, SIMULATED, CONFIG.fast_launch, _toolkit_error),
+        )
+    entry[1](grid, block, _stream(device), *args)
 
 
 def numba_view(t: torch.Tensor):

@@ -67,8 +67,7 @@ import numpy as np
 import torch
 from numba import cuda, float32, float64, int64
 
-from sdtw.cuda._launch import numba_stream as _stream
-from sdtw.cuda._launch import numba_view as _arr
+from sdtw.cuda._launch import launch
 from sdtw.cuda.kernels.geometry import SENTINEL
 from sdtw.cuda.kernels.handoff import take_ticket
 from sdtw.cuda.kernels.jit import SIMULATED, device, kernel
@@ -746,10 +745,9 @@ def msm_cuda(
     B, N, D = a.shape
     M = b.shape[1]
     dev = a.device
-    ns, ms, los, his = (torch.from_numpy(np.array(t)).to(dev) for t in tables)
-    stream = _stream(dev)
-    lens = [_arr(t) for t in (ns, ms, los, his)]
-    args = (_arr(a), _arr(b), float(c), float(gamma), *lens)
+    # (one copy to the device, not one per table)
+    ns, ms, los, his = torch.from_numpy(np.stack(tables).astype(np.int64)).to(dev)
+    args = (a, b, float(c), float(gamma), ns, ms, los, his)
     sms = _multiprocessors(dev)
     nb = _bands(N, B * D, sms) if bands is None else bands
     shape = _shape(-(-N // nb), B * D * nb, sms, warps)
@@ -757,20 +755,20 @@ def msm_cuda(
         nb = -(-N // (WARP * shape[1] * shape[0]))  # (the bands that have rows)
     grid = B * D * nb
 
-    def hand_over(size: int):  # (split: values handed between bands; a 1-element dummy else)
+    def hand_over(size: int) -> torch.Tensor:  # (values between bands; else a dummy)
         if nb == 1:
-            return _arr(torch.zeros(1, dtype=torch.int64, device=dev))
-        return _arr(torch.full((size,), SENTINEL, dtype=torch.int64, device=dev))
+            return torch.zeros(1, dtype=torch.int64, device=dev)
+        return torch.full((size,), SENTINEL, dtype=torch.int64, device=dev)
 
     if shape is not None:
         forward, backward = _wavefront(*shape, fast, nb > 1)
         threads = WARP * shape[1]
         R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
-        forward[grid, threads, stream](*args, _arr(R), hand_over(grid * M + 1), nb)
+        launch(forward, grid, threads, dev, *args, R, hand_over(grid * M + 1), nb)
     else:
         forward, threads = _forward, 8 if SIMULATED else 128
         R = torch.full((B * D, N, M), math.inf, dtype=torch.float64, device=dev)
-        forward[B * D, threads, stream](*args, _arr(R))
+        launch(forward, B * D, threads, dev, *args, R)
     values = R[torch.arange(B * D, device=dev), ns.repeat_interleave(D) - 1,
                ms.repeat_interleave(D) - 1].reshape(B, D).sum(1)  # fmt: skip
     if not need:
@@ -778,9 +776,9 @@ def msm_cuda(
     gx, gy = torch.zeros_like(a), torch.zeros_like(b)
     if shape is not None:
         hands = (hand_over(grid * M), hand_over(grid * M), hand_over(grid + 1))
-        backward[grid, threads, stream](*args, _arr(R), _arr(gx), _arr(gy), *hands, nb)
+        launch(backward, grid, threads, dev, *args, R, gx, gy, *hands, nb)
         return values, gx, gy
     G = torch.zeros_like(R)
-    _occupancy[B * D, threads, stream](*args, _arr(R), _arr(G))
-    _gradients[B * D, threads, stream](*args, _arr(R), _arr(G), _arr(gx), _arr(gy))
+    launch(_occupancy, B * D, threads, dev, *args, R, G)
+    launch(_gradients, B * D, threads, dev, *args, R, G, gx, gy)
     return values, gx, gy
