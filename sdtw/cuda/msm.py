@@ -51,6 +51,21 @@ would save a few tens of cycles of a step of thousands).
 
 A task takes ``M + ceil(N / ROWS) - 1`` steps in each direction.
 
+Bands (:func:`_bands`: where the tasks leave SMs idle, e.g. B = 32 on an H100's 132): a task's
+rows split into bands of ``32 W ROWS`` rows, a block each, so that a task's steps run on
+several SMs with fewer cells each.  What crosses a band's edge goes through global memory as
+float64 bits in int64 buffers pre-filled with ``SENTINEL`` (a value says by itself whether it
+has been written, as in :mod:`sdtw.cuda.kernels.handoff`): forward, the band's last row, one
+value per column, which the band below's first warp reads a group of 32 columns at a time,
+one group ahead; backward, what the band's first row pushes into the row above and gy's
+partial sums at each column (right to left), read the same way by the band above's last
+thread's warp, and at the end what the first row's up edges owe ``x`` of the row above.
+Blocks take tickets (an atomic counter) and derive their (band, task) from them, top band
+first forward and bottom band first backward, so a block only waits for a block that started
+before it, in any schedule (and in the simulator, which runs blocks one at a time).  The
+cells' arithmetic and every sum's order are those of one block of the same rows per thread:
+the same bits.
+
 Diagonal kernels (any N; the fallback past ``MAX_N`` rows), simple and slow: one block per task
 sweeps its table by anti-diagonals (the cells of ``i + j = k`` depend only on diagonals
 ``k - 1`` and ``k - 2``), the threads striding over a diagonal's cells, a block barrier between
