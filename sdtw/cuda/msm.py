@@ -374,7 +374,7 @@ def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -
     scale = LOG2E if fast else 1.0
 
     @kernel
-    def forward(x, y, c, gamma, ns, ms, los, his, R, bnd, bands):
+    def forward(x, y, c, gamma, ns, ms, los, his, R, values, bnd, bands):
         th = cuda.threadIdx.x
         if split:  # (bands in ticket order: a band only waits for the one above, started first)
             tk = cuda.shared.array(1, int64)
@@ -438,6 +438,9 @@ def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -
                 bot = Rs[rows - 1]
                 if split:
                     st_if(bnd, row_out + j, as_bits(bot), feeds)
+        for k in range(rows):  # (the last column's R[n - 1, m - 1]: the task's value)
+            if i0 + k == n - 1:
+                values[task] = Rs[k]
 
     @kernel
     def backward(x, y, c, gamma, ns, ms, los, his, R, gx, gy, bnd_g, bnd_y, bnd_x, bands):
@@ -810,13 +813,15 @@ def msm_cuda(
         forward, backward = _wavefront(*shape, fast, nb > 1)
         threads = WARP * shape[1]
         R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
-        launch(forward, grid, threads, dev, *args, R, hand_over(grid * M + 1), nb)
+        values = torch.empty(B * D, dtype=torch.float64, device=dev)
+        launch(forward, grid, threads, dev, *args, R, values, hand_over(grid * M + 1), nb)
+        values = values.view(B, D).sum(1) if D > 1 else values
     else:
         forward, threads = _forward, 8 if SIMULATED else 128
         R = torch.full((B * D, N, M), math.inf, dtype=torch.float64, device=dev)
         launch(forward, B * D, threads, dev, *args, R)
-    values = R[torch.arange(B * D, device=dev), ns.repeat_interleave(D) - 1,
-               ms.repeat_interleave(D) - 1].reshape(B, D).sum(1)  # fmt: skip
+        values = R[torch.arange(B * D, device=dev), ns.repeat_interleave(D) - 1,
+                   ms.repeat_interleave(D) - 1].reshape(B, D).sum(1)  # fmt: skip
     if not need:
         return values, None, None
     gx, gy = torch.zeros_like(a), torch.zeros_like(b)
