@@ -618,6 +618,11 @@ def _shape(N: int, tasks: int, sms: int, warps: int | None = None) -> tuple[int,
         rows *= 2
     # (registers: 16 rows at most; shared memory: the strips' x and x gradients, 32 KB at most)
     assert rows <= MAX_ROWS and warps <= 16 and rows * warps <= 64, (N, warps)
+    if warps == 16 and rows > 1:
+        # (512 threads leave 128 registers a thread: the float64 backward of 2 rows took 130,
+        # and such a launch failed with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on an H100)
+        raise ValueError(f"sdtw: 16 warps a block take one row a thread, got {rows} rows for "
+                         f"N = {N}; give 8 warps or fewer")  # fmt: skip
     return rows, warps
 
 
