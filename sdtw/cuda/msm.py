@@ -108,9 +108,6 @@ WARP = 32
 #: Rows per thread of the widest wavefront kernel (ptxas, sm_90, 16 rows: 178 / 192 registers
 #: a thread forward / backward, no stack; the 32-row backward spilled).
 MAX_ROWS = 16
-#: Steps ahead that the backward loads R with a row a thread (the bands' shape).
-AHEAD = 4
-
 #: The wavefront kernels' most rows: 16 rows per thread in 4 warps.
 MAX_N = 4 * WARP * MAX_ROWS
 
@@ -250,11 +247,10 @@ def _unrolled(row, rows: int, upward: bool):
 
 
 @functools.cache
-def _row_functions(fast: bool, deep: bool = False) -> tuple:
+def _row_functions(fast: bool) -> tuple:
     """The (forward, backward) row updates of the wavefront kernels, with the float32
     transcendentals (``fast``, float32 inputs; ``ig`` is then ``log2(e) / gamma``) or
-    float64 ones; ``deep``: the backward's next ``R`` from the kernel's queue of loads
-    (``AHEAD`` steps ahead) instead of a load one step ahead."""
+    float64 ones."""
     transition = _transition_fast if fast else _transition
     softmin3 = _softmin3_fast if fast else _softmin3
     expo = _exp_scaled if fast else _exp64
@@ -287,7 +283,7 @@ def _row_functions(fast: bool, deep: bool = False) -> tuple:
         the step's sums for ``y_j`` and ``y_{j-1}``.  ``Rs``, ``Rn``: the strip's ``R`` of
         columns ``j`` and ``j - 1`` (``R_above``, ``R_above_next``: the row above's)."""
         R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th = args[:14]
-        R_above, R_above_next, x_above, yj, yp, c, gamma, ig, Q = args[14:]
+        R_above, R_above_next, x_above, yj, yp, c, gamma, ig = args[14:]
         up_in, match_in, gx_above, gyj, gyp = carry
         i = i0 + k
         r = Rs[k]
@@ -319,12 +315,8 @@ def _row_functions(fast: bool, deep: bool = False) -> tuple:
             gyp += o_left * e_p
         Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
         Rs[k] = left
-        # the next step's column j - 1 (row k + 1 is done with Rn[k] too): loaded a step
-        # ahead, or from the kernel's queue
-        if deep:
-            Rn[k] = Q[k, 0]
-        else:
-            Rn[k] = R[task, i, j - 2] if (i < n and j >= 2) else INF
+        # the next step's column j - 1, loaded a step ahead (row k + 1 is done with Rn[k] too)
+        Rn[k] = R[task, i, j - 2] if (i < n and j >= 2) else INF
         return o_up, o_match, gx_above, gyj, gyp
 
     return _forward_row, _backward_row
@@ -365,10 +357,7 @@ def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -
     task's rows in bands of ``32 warps rows`` rows, a block each (:func:`_bands`)."""
     T = WARP * warps
     BR = T * rows  # (a band's rows)
-    # a row a thread: the backward's R loads AHEAD steps ahead (a queue in registers): at a
-    # step's pace R's latency from DRAM (past L2's size) would stall each step
-    A = AHEAD if rows == 1 else 1
-    forward_row, backward_row = _row_functions(fast, A > 1)
+    forward_row, backward_row = _row_functions(fast)
     down = _unrolled(forward_row, rows, False)
     up_strip = _unrolled(backward_row, rows, True)
     scale = LOG2E if fast else 1.0
@@ -484,14 +473,6 @@ def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -
         x_above = x[b, i0 - 1, d] if above else 0.0
         R_above = R[task, i0 - 1, m - 1] if above else INF
         R_above_next = R[task, i0 - 1, m - 2] if (above and m >= 2) else INF
-        Q = cuda.local.array((rows, A), float64)  # (A > 1) R[i, j - 2 - a] at column j
-        QA = cuda.local.array(A, float64)  # (A > 1) R[i0 - 1, j - 2 - a] at column j
-        if A > 1:
-            for a in range(A):
-                jq = m - 3 - a
-                for k in range(rows):
-                    Q[k, a] = R[task, i0 + k, jq] if (i0 + k < n and jq >= 0) else INF
-                QA[a] = R[task, i0 - 1, jq] if (above and jq >= 0) else INF
         gx_above = 0.0  # what the top row's up edges owe x_{i0-1}
         # split: what the band below pushes into this band's last row and gy's partial sums
         # arrive through bnd_g / bnd_y, columns right to left; this band's go to the band above
@@ -532,23 +513,11 @@ def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -
             gy_send = 0.0
             if 0 <= j and j < m and mine:
                 strip = (R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th)
-                inputs = (R_above, R_above_next, x_above, yj, yp, c, gamma, ig, Q)
+                inputs = (R_above, R_above_next, x_above, yj, yp, c, gamma, ig)
                 carry = (G_below, 0.0, gx_above, gy_below + gy_carry, 0.0)
                 o_up, o_match, gx_above, gyj, gyp = up_strip(0, (*strip, *inputs), carry)
                 R_above = R_above_next
-                if A > 1:
-                    R_above_next = QA[0]
-                    jq = j - 2 - A
-                    for a in range(A - 1):
-                        QA[a] = QA[a + 1]
-                        for k in range(rows):
-                            Q[k, a] = Q[k, a + 1]
-                    QA[A - 1] = R[task, i0 - 1, jq] if (above and jq >= 0) else INF
-                    for k in range(rows):
-                        i = i0 + k
-                        Q[k, A - 1] = R[task, i, jq] if (i < n and jq >= 0) else INF
-                else:
-                    R_above_next = R[task, i0 - 1, j - 2] if (above and j >= 2) else INF
+                R_above_next = R[task, i0 - 1, j - 2] if (above and j >= 2) else INF
                 send = o_up + match_top
                 match_top = o_match
                 gy_send = gyj
