@@ -553,11 +553,11 @@ def _bands(N: int, tasks: int, sms: int) -> int:
     """Bands per task: 1 where the tasks give at least every other SM one (or in the
     simulator, ``sms = 0``), else up to one per ``BAND_ROWS`` rows and at most the SMs per task.
 
-    A task's rows are a chain of dependencies that one SM runs a step at a time; at B = 32,
-    N = 512 a block of 16 warps issued a step's 512 cells on one SM while 100 of an H100's 132
-    were idle.  Bands on their own SMs run the same steps with a quarter of the cells each, the
-    band below trailing the one above by its own rows' steps plus a group of hand-over values
-    (see the module's docstring)."""
+    A task's rows are a chain of dependencies that one block runs a step at a time; at B = 32,
+    N = 512 one block of 16 warps per task left 100 of an H100's 132 SMs idle.  As 4 bands on
+    their own SMs the backward took 1.06 ms instead of 1.26 (the forward 0.60 ms either way),
+    the band below trailing the one above by its own rows' steps plus a group of hand-over
+    values (see the module's docstring)."""
     if sms == 0 or 2 * tasks > sms or N <= BAND_ROWS:
         return 1
     return min(-(-N // BAND_ROWS), sms // tasks)
