@@ -149,6 +149,7 @@ def test_the_rule_for_bands():
     assert _bands(512, 32, 132) == 4  # B = 32 on an H100: 4 bands of 128 rows
     assert _shape(128, 4 * 32, 132) == (1, 4)  # (a band: a warp for each sub-partition)
     assert _bands(1024, 32, 132) == 4 and _bands(2048, 1, 132) == 16
+    assert _bands(MAX_N + 1, 1, 132) == 1  # (past MAX_N: the diagonal kernels)
     assert _bands(512, 67, 132) == 1  # tasks enough for every other SM: one block a task
     assert _bands(128, 1, 132) == 1 and _bands(129, 1, 132) == 2
     assert _bands(512, 1, 0) == 1  # (the simulator: bands only where asked for)
@@ -232,11 +233,13 @@ def test_gradients_are_deterministic():
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("N", [128, 300, 512, 513, 1024, 2048])
 def test_gpu_every_shape_of_the_rule(rng, N, dtype):
-    """On the GPU, each shape the rule picks for few tasks (a row a thread on up to 16 warps to
-    N = 512, 4 warps with more rows beyond) launches and equals the CPU's Soft-MSM: values and
-    gradients, per-pair lengths, an upstream gradient other than ones; float32 inputs (the
-    float32 transcendentals) within 1e-5 relative norm per 256 cells of the longest path (their
-    errors add up along it: 1.6e-5 at N = 1024, M = 40 on an H100)."""
+    """On the GPU, each shape the rule picks launches and equals the CPU's Soft-MSM: values and
+    gradients, per-pair lengths, an upstream gradient other than ones, for few tasks (bands of
+    a row a thread, and past ``MAX_N`` the diagonal kernels) and for tasks enough to fill the
+    GPU (one block a task: a row a thread on up to 16 warps to N = 512, 4 warps with more rows
+    beyond); float32 inputs (the float32 transcendentals) within 1e-5 relative norm per 256
+    cells of the longest path (their errors add up along it: 1.6e-5 at N = 1024, M = 40 on an
+    H100)."""
     B, M = 3, 40
     x = torch.as_tensor(rng.standard_normal((B, N, 1)), dtype=dtype)
     y = torch.as_tensor(rng.standard_normal((B, M, 1)), dtype=dtype)
@@ -248,12 +251,26 @@ def test_gpu_every_shape_of_the_rule(rng, N, dtype):
         kw = dict(c=C, gamma=GAMMA, x_lengths=xl, y_lengths=yl, backend=device)
         v = sdtw.soft_msm(a, b, **kw)
         out.append((v, *torch.autograd.grad(v, (a, b), upstream.to(device))))
+    tol = 1e-5 * max(1.0, (N + M) / 256)
     for got, want in zip(out[0], out[1], strict=True):
         got, want = got.detach().cpu().double().numpy(), want.detach().double().numpy()
         if dtype == torch.float64:
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-11)
         else:
-            tol = 1e-5 * max(1.0, (N + M) / 256)
+            assert np.linalg.norm(got - want) <= tol * np.linalg.norm(want)
+    # one block a task, the rule's shape for as many tasks as the GPU's SMs (B = 3 gets bands)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    tables = _tables_of(B, N, M, None, (xl, yl))
+    warps = _shape(N, sms, sms)[1] if N <= MAX_N else None
+    whole = msm_cuda(x.cuda(), y.cuda(), C, GAMMA, tables, True, warps=warps, bands=1)
+    a, b = x.double().requires_grad_(), y.double().requires_grad_()
+    v = sdtw.soft_msm(a, b, c=C, gamma=GAMMA, x_lengths=xl, y_lengths=yl, backend="cpu")
+    ref = [t.detach().numpy() for t in (v, *torch.autograd.grad(v.sum(), (a, b)))]
+    for got, want in zip(whole, ref, strict=True):
+        got = got.cpu().double().numpy()
+        if dtype == torch.float64:
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-11)
+        else:
             assert np.linalg.norm(got - want) <= tol * np.linalg.norm(want)
 
 
@@ -263,15 +280,22 @@ def test_gpu_every_shape_of_the_rule(rng, N, dtype):
 def test_gpu_bands_are_the_one_block_bits(rng, dtype):
     """At the benchmark's size (B = 32, N = M = 512: the rule's 4 bands of 128 rows, every
     band waiting on its neighbour's hand-over values), the same bits as one block of 16 warps
-    per task, values and gradients; and 16 bands at N = 2048 against 8 rows a thread."""
-    for B, N, warps in ((32, 512, 16), (2, 2048, 8)):
-        x = torch.as_tensor(rng.standard_normal((B, N, 1)), dtype=dtype).cuda()
-        y = torch.as_tensor(rng.standard_normal((B, N, 1)), dtype=dtype).cuda()
-        tables = _tables_of(B, N, N, None, None)
+    per task, values and gradients; the same with two channels, a band of the table and
+    per-pair lengths (some pairs' rows end in the first band); and 16 bands at N = 2048 against
+    8 rows a thread."""
+    cases = [  # (B, N, M, D, bandwidth, lengths, warps of the one block)
+        (32, 512, 512, 1, None, None, 16),
+        (4, 300, 200, 2, 50, ([300, 129, 1, 257], [200, 3, 150, 200]), 16),  # 3 bands
+        (2, 2048, 2048, 1, None, None, 8),
+    ]
+    for B, N, M, D, bandwidth, lengths, warps in cases:
+        x = torch.as_tensor(rng.standard_normal((B, N, D)), dtype=dtype).cuda()
+        y = torch.as_tensor(rng.standard_normal((B, M, D)), dtype=dtype).cuda()
+        tables = _tables_of(B, N, M, bandwidth, lengths)
         banded = msm_cuda(x, y, C, GAMMA, tables, True)
         whole = msm_cuda(x, y, C, GAMMA, tables, True, warps=warps, bands=1)
         for a, b in zip(banded, whole, strict=True):
-            if N == 512:
+            if N <= 512:  # (a row a thread in both)
                 assert torch.equal(a, b)
             else:  # (other rows a thread: other sums' orders)
                 tol = 1e-12 if dtype == torch.float64 else 1e-5

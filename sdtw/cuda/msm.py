@@ -551,15 +551,16 @@ BAND_ROWS = 4 * WARP
 
 def _bands(N: int, tasks: int, sms: int) -> int:
     """Bands per task: 1 where the tasks give at least every other SM one (or in the
-    simulator, ``sms = 0``), else up to one per ``BAND_ROWS`` rows and at most the SMs per task.
+    simulator, ``sms = 0``, or past ``MAX_N`` rows), else up to one per ``BAND_ROWS`` rows and
+    at most the SMs per task.
 
     A task's rows are a chain of dependencies that one block runs a step at a time; at B = 32,
     N = 512 one block of 16 warps per task left 100 of an H100's 132 SMs idle.  As 4 bands on
     their own SMs the backward took 1.06 ms instead of 1.26 (the forward 0.60 ms either way),
     the band below trailing the one above by its own rows' steps plus a group of hand-over
     values (see the module's docstring)."""
-    if sms == 0 or 2 * tasks > sms or N <= BAND_ROWS:
-        return 1
+    if sms == 0 or 2 * tasks > sms or N <= BAND_ROWS or N > MAX_N:
+        return 1  # (past MAX_N: the diagonal kernels)
     return min(-(-N // BAND_ROWS), sms // tasks)
 
 
@@ -772,6 +773,8 @@ def msm_cuda(
     ns, ms, los, his = torch.from_numpy(np.stack(tables).astype(np.int64)).to(dev)
     args = (a, b, float(c), float(gamma), ns, ms, los, his)
     sms = _multiprocessors(dev)
+    if bands is not None and (bands < 1 or (bands > 1 and N > MAX_N)):
+        raise ValueError(f"sdtw: bands must be 1, or >= 1 up to N = {MAX_N}, got {bands}")
     nb = _bands(N, B * D, sms) if bands is None else bands
     shape = _shape(-(-N // nb), B * D * nb, sms, warps)
     if shape is not None:
