@@ -145,6 +145,23 @@ def test_bands_of_rows_on_blocks_of_their_own(rng, bands, warps, B, N, M, D, ban
         assert all(torch.equal(a, b) for a, b in zip(got, whole, strict=True))
 
 
+@requires_sim
+def test_bands_forced_through_the_overrides(rng):
+    """``sdtw.cuda.config.overrides(msm_bands=K)`` (the probes' switch) sets the bands where
+    the call does not: an invalid K is refused as an argument would be."""
+    from sdtw.cuda.config import overrides
+
+    x = torch.as_tensor(rng.standard_normal((1, 40, 1)))
+    y = torch.as_tensor(rng.standard_normal((1, 9, 1)))
+    tables = _tables_of(1, 40, 9, None, None)
+    with overrides(msm_bands=2):
+        forced = msm_cuda(x, y, C, GAMMA, tables, True, warps=1)
+    given = msm_cuda(x, y, C, GAMMA, tables, True, warps=1, bands=2)
+    assert all(torch.equal(a, b) for a, b in zip(forced, given, strict=True))
+    with overrides(msm_bands=0), pytest.raises(ValueError, match="bands must be"):
+        msm_cuda(x, y, C, GAMMA, tables, False)
+
+
 def test_the_rule_for_bands():
     assert _bands(512, 32, 132) == 4  # B = 32 on an H100: 4 bands of 128 rows
     assert _shape(128, 4 * 32, 132) == (1, 4)  # (a band: a warp for each sub-partition)

@@ -625,6 +625,7 @@ def test_probes_are_the_open_questions() -> None:
         "kernels",
         "lengths",
         "memory",
+        "msm",
         "step",
         "tc_rule",
     ]

@@ -10,6 +10,8 @@ with :func:`sdtw.cuda.config.overrides`.
   second, soft-DTW and exact DTW, and a Soft-MSM training step against soft-DTW's;
 * :mod:`~experiments.probes.kernels` -- each kernel's GPU time in a training step
   (torch.profiler), fused and unfused;
+* :mod:`~experiments.probes.msm` -- a Soft-MSM training step's wall time and kernels' GPU time
+  against soft-DTW's, with the rule's bands and as one block a task;
 * :mod:`~experiments.probes.first_call` -- wall time of a fresh process's first steps, with
   the on-disk kernel cache's hits and misses;
 * :mod:`~experiments.probes.tc_rule` -- the float32 gradients from E by the Triton kernel

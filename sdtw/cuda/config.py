@@ -109,6 +109,7 @@ class Overrides:
         :data:`sdtw.cuda.policy.TC_SMALL`; None: :func:`sdtw.cuda.policy.tc_settings`).
     tc_one_launch : both Triton gradients in one launch (True) or two (False); None:
         :func:`sdtw.cuda.policy.tc_one_launch`.
+    msm_bands : Soft-MSM's bands per task (``sdtw.cuda.msm._bands``; 1: one block a task).
     """
 
     mover: bool | None = None
@@ -118,6 +119,7 @@ class Overrides:
     tc_grads: bool | None = None
     tc_settings: tuple | None = None
     tc_one_launch: bool | None = None
+    msm_bands: int | None = None
 
     @property
     def forced(self) -> bool:

@@ -83,6 +83,7 @@ import torch
 from numba import cuda, float32, float64, int64
 
 from sdtw.cuda._launch import launch
+from sdtw.cuda.config import current_overrides
 from sdtw.cuda.kernels.geometry import SENTINEL
 from sdtw.cuda.kernels.handoff import take_ticket
 from sdtw.cuda.kernels.jit import SIMULATED, device, kernel
@@ -758,7 +759,8 @@ def msm_cuda(
     lengths and band offsets.  No autograd.
 
     The wavefront kernels where a band's rows fit (``MAX_N``): a (pair, channel) task's rows
-    in ``bands`` bands (None: :func:`_bands`'s rule; 1 where the tasks fill the GPU), one block
+    in ``bands`` bands (None: ``sdtw.cuda.config.overrides(msm_bands=...)``'s, else
+    :func:`_bands`'s rule; 1 where the tasks fill the GPU), one block
     of ``warps`` warps each (None: :func:`_shape`'s rule for the band's rows, 1 to 16; an
     override up to 16, with rows times warps at most 64), with float32 transcendentals for
     float32 inputs (:func:`_row_functions`) and float64 ones otherwise; beyond, the diagonal
@@ -773,6 +775,7 @@ def msm_cuda(
     ns, ms, los, his = torch.from_numpy(np.stack(tables).astype(np.int64)).to(dev)
     args = (a, b, float(c), float(gamma), ns, ms, los, his)
     sms = _multiprocessors(dev)
+    bands = current_overrides().msm_bands if bands is None else bands
     if bands is not None and (bands < 1 or (bands > 1 and N > MAX_N)):
         raise ValueError(f"sdtw: bands must be 1, or >= 1 up to N = {MAX_N}, got {bands}")
     nb = _bands(N, B * D, sms) if bands is None else bands

@@ -1,0 +1,86 @@
+"""Where does a Soft-MSM CUDA training step's time go, against soft-DTW's?
+
+For B pairs of N = M samples (D = 1, gamma = 1, c = 1, float32 inputs or ``--float64``): the
+wall time of a forward-only call and of a forward + backward step (``soft_msm(x, y).sum()
+.backward()``, synchronised; median of ``--repeats`` per round, ``--rounds`` rounds
+alternating the variants) and torch.profiler's GPU time per kernel in a step, for Soft-MSM
+with the rule's bands (a task's rows as bands on blocks of their own where the tasks leave SMs
+idle), Soft-MSM as one block a task (``sdtw.cuda.config.overrides(msm_bands=1)``) and
+``sdtw.softdtw``.  The difference between a step's wall time and its kernels' GPU time is host
+work that the GPU waited for.
+
+Usage::
+
+    python -m experiments.probes.msm [N ...] [--batch 32] [--float64] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from experiments import probes
+from experiments.probes.kernels import kernel_times
+
+
+def _steps(B: int, N: int, dtype: torch.dtype) -> dict:
+    import sdtw
+
+    x, y = probes.inputs(B, N, 1, dtype, grad=False)
+
+    def call(f, grad: bool):
+        def run() -> None:
+            if grad:
+                a, b = x.clone().requires_grad_(), y.clone().requires_grad_()
+                f(a, b).sum().backward()
+            else:
+                f(x, y)
+
+        return run
+
+    def msm(a, b):
+        return sdtw.soft_msm(a, b, c=1.0, gamma=1.0, backend="cuda")
+
+    def dtw(a, b):
+        return sdtw.softdtw(a, b, gamma=1.0, backend="cuda")
+
+    return {"msm": lambda grad: call(msm, grad), "dtw": lambda grad: call(dtw, grad)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = probes.parser(__doc__, "msm", (512,))
+    p.add_argument("--float64", action="store_true", help="float64 inputs")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default: 3)")
+    p.add_argument("--repeats", type=int, default=7, help="timings per round (default: 7)")
+    args = p.parse_args(argv)
+    if (code := probes.no_gpu("msm")) is not None:
+        return code
+    from sdtw.cuda.config import overrides
+
+    dtype = torch.float64 if args.float64 else torch.float32
+    variants = {"Soft-MSM, the rule's bands": ("msm", None),
+                "Soft-MSM, one block a task": ("msm", 1), "soft-DTW": ("dtw", None)}  # fmt: skip
+    print(f"{torch.cuda.get_device_name()}; B = {args.batch}, D = 1, {str(dtype)[6:]}")
+    for N in args.sizes:
+        steps = _steps(args.batch, N, dtype)
+        for grad, label in ((False, "forward"), (True, "forward + backward")):
+            times: dict = {k: [] for k in variants}
+            for _ in range(args.rounds):
+                for name, (which, bands) in variants.items():
+                    with overrides(msm_bands=bands):
+                        times[name].append(probes.median_ms(steps[which](grad), args.repeats))
+            for name, ts in times.items():
+                rounds = " ".join(f"{t:.3f}" for t in ts)
+                print(f"N = {N} {label}: {name}: {statistics.median(ts):.3f} ms ({rounds})")
+        for name, (which, bands) in variants.items():
+            with overrides(msm_bands=bands):
+                kt = kernel_times(steps[which](True), 5)
+            total = sum(t for t, _ in kt)
+            top = "; ".join(f"{t:.1f} us {k}" for t, k in kt[:4])
+            print(f"N = {N} step kernels: {name}: {total / 1e3:.3f} ms GPU: {top}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
