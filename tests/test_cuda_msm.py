@@ -53,6 +53,12 @@ def reference(x, y, bandwidth, lengths, gamma=GAMMA):
     return values, gx, gy
 
 
+def _tables_of(B, N, M, bandwidth, lengths):
+    if lengths is None:
+        return _tables(B, N, M, *band_offsets(N, M, bandwidth), None)
+    return _tables(B, N, M, *pair_offsets(*lengths, bandwidth), lengths)
+
+
 def run(rng, B, N, M, D, bandwidth, lengths):
     x = torch.as_tensor(rng.standard_normal((B, N, D))).requires_grad_()
     y = torch.as_tensor(rng.standard_normal((B, M, D))).requires_grad_()
@@ -92,21 +98,12 @@ def test_wavefront_kernels_match_the_reference(rng, B, N, M, D, bandwidth, lengt
 def test_several_warps_per_task(rng, warps, B, N, M, bandwidth, lengths):
     x = torch.as_tensor(rng.standard_normal((B, N, 1)))
     y = torch.as_tensor(rng.standard_normal((B, M, 1)))
-    if lengths is None:
-        tables = _tables(B, N, M, *band_offsets(N, M, bandwidth), None)
-    else:
-        tables = _tables(B, N, M, *pair_offsets(*lengths, bandwidth), lengths)
+    tables = _tables_of(B, N, M, bandwidth, lengths)
     v, gx, gy = msm_cuda(x, y, C, GAMMA, tables, True, warps=warps)
     values, ex, ey = reference(x, y, bandwidth, lengths)
     np.testing.assert_allclose(v.numpy(), values, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gx.numpy(), ex, rtol=1e-10, atol=1e-11)
     np.testing.assert_allclose(gy.numpy(), ey, rtol=1e-10, atol=1e-11)
-
-
-def _tables_of(B, N, M, bandwidth, lengths):
-    if lengths is None:
-        return _tables(B, N, M, *band_offsets(N, M, bandwidth), None)
-    return _tables(B, N, M, *pair_offsets(*lengths, bandwidth), lengths)
 
 
 @requires_sim
@@ -202,10 +199,7 @@ def test_float32_inputs_take_float32_transcendentals(
         a, b = np.round(2 * a) / 2, np.round(2 * b) / 2
     x = torch.as_tensor(a, dtype=torch.float32)
     y = torch.as_tensor(b, dtype=torch.float32)
-    if lengths is None:
-        tables = _tables(B, N, M, *band_offsets(N, M, bandwidth), None)
-    else:
-        tables = _tables(B, N, M, *pair_offsets(*lengths, bandwidth), lengths)
+    tables = _tables_of(B, N, M, bandwidth, lengths)
     v, gx, gy = msm_cuda(x, y, C, gamma, tables, True, warps=warps)
     v64 = msm_cuda(x.double(), y.double(), C, gamma, tables, False, warps=warps)[0]
     assert not torch.equal(v, v64)  # (the float32 kernels ran)
