@@ -743,6 +743,9 @@ def _multiprocessors(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+_dummies: dict[torch.device, torch.Tensor] = {}
+
+
 def msm_cuda(
     x,
     y,
@@ -784,17 +787,23 @@ def msm_cuda(
         nb = -(-N // (WARP * shape[1] * shape[0]))  # (the bands that have rows)
     grid = B * D * nb
 
-    def hand_over(size: int) -> torch.Tensor:  # (values between bands; else a dummy)
+    def hand_over(*sizes: int) -> list:
+        """Buffers for the values handed between bands, one SENTINEL fill for all (a
+        per-device dummy for each where there is one band)."""
         if nb == 1:
-            return torch.zeros(1, dtype=torch.int64, device=dev)
-        return torch.full((size,), SENTINEL, dtype=torch.int64, device=dev)
+            dummy = _dummies.get(dev)
+            if dummy is None:
+                dummy = _dummies[dev] = torch.zeros(1, dtype=torch.int64, device=dev)
+            return [dummy] * len(sizes)
+        flat = torch.full((sum(sizes),), SENTINEL, dtype=torch.int64, device=dev)
+        return list(flat.split(sizes))
 
     if shape is not None:
         forward, backward = _wavefront(*shape, fast, nb > 1)
         threads = WARP * shape[1]
         R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
         values = torch.empty(B * D, dtype=torch.float64, device=dev)
-        launch(forward, grid, threads, dev, *args, R, values, hand_over(grid * M + 1), nb)
+        launch(forward, grid, threads, dev, *args, R, values, *hand_over(grid * M + 1), nb)
         values = values.view(B, D).sum(1) if D > 1 else values
     else:
         forward, threads = _forward, 8 if SIMULATED else 128
@@ -806,7 +815,7 @@ def msm_cuda(
         return values, None, None
     gx, gy = torch.zeros_like(a), torch.zeros_like(b)
     if shape is not None:
-        hands = (hand_over(grid * M), hand_over(grid * M), hand_over(grid + 1))
+        hands = hand_over(grid * M, grid * M, grid + 1)
         launch(backward, grid, threads, dev, *args, R, gx, gy, *hands, nb)
         return values, gx, gy
     G = torch.zeros_like(R)
