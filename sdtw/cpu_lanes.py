@@ -51,6 +51,7 @@ __all__ = [
     "push_row",
     "soft_row",
     "spans",
+    "start_row",
     "use_lanes",
 ]
 
@@ -148,6 +149,17 @@ def push_row(R0, R1, E0, E1, j0, j1, ig):
 
 
 @_block
+def start_row(E1, i, n, m, gout, t0, k, D, lo_all, hi_all, M):
+    """Row ``i``'s start in a backward over a group's lanes (tasks ``t0 ..``, ``k`` of them
+    real, ``D`` channels a pair): each lane whose last row is ``i`` gets its pair's upstream
+    gradient at its last cell of ``E1``; returns the columns ``(j0, j1)`` the row sweeps."""
+    for g in range(E1.shape[1]):
+        if i == n[g] - 1:
+            E1[m[g], g] = gout[(t0 + min(g, k - 1)) // D]
+    return max(0, i - lo_all), min(M - 1, i + hi_all) + 1
+
+
+@_block
 def grad_row(xs, ys, i, j0, j1, E1, gxs, gys):
     """Each cell of row ``i``'s share of the gradients, its E final (``E1[j + 1]``)."""
     L = E1.shape[1]
@@ -241,10 +253,7 @@ def _backward_group(X, Y, gamma, ns, ms, los, his, R, gout, GX, GY, q):
     Rq = R[q]
     for i in range(N - 1, -1, -1):
         E1 = E[cur]
-        for g in range(L):
-            if i == n[g] - 1:
-                E1[m[g], g] = gout[p0 + min(g, k - 1)]
-        j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
+        j0, j1 = start_row(E1, i, n, m, gout, p0, k, 1, lo_all, hi_all, M)
         push_row(Rq[i], Rq[i + 1], E[1 - cur], E1, j0, j1, ig)
         grad_row(xs, ys, i, j0, j1, E1, gxs, gys)
         cur = 1 - cur

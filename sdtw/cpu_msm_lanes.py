@@ -48,7 +48,7 @@ from numba import get_num_threads, njit, prange
 from sdtw._jit import parallel_and_serial
 from sdtw._simd import LANE_FLAGS, exp_neg, log_pos, order3, softmin3
 from sdtw.cpu import _run
-from sdtw.cpu_lanes import spans
+from sdtw.cpu_lanes import spans, start_row
 from sdtw.msm_reference import GATE_EPS
 
 __all__ = ["MSM_LANES", "msm_lane_backward", "msm_lane_forward", "use_msm_lanes"]
@@ -396,10 +396,7 @@ def _backward_group(X, Y, c, gamma, ns, ms, los, his, R, gout, GX, GY, A, q):
     Rq = R[q]
     for i in range(N - 1, -1, -1):
         E1 = E[cur]
-        for g in range(L):
-            if i == n[g] - 1:
-                E1[m[g], g] = gout[(t0 + min(g, k - 1)) // D]
-        j0, j1 = max(0, i - lo_all), min(M - 1, i + hi_all) + 1
+        j0, j1 = start_row(E1, i, n, m, gout, t0, k, D, lo_all, hi_all, M)
         gx[:, :] = 0.0
         if shared:
             msm_row_units(xs, dx, ex, ys, dy, ey, i, Rq[i], Rq[i + 1], j0, j1, c, gamma, ig,
