@@ -159,6 +159,44 @@ def test_bands_forced_through_the_overrides(rng):
         msm_cuda(x, y, C, GAMMA, tables, False)
 
 
+@requires_sim
+@pytest.mark.parametrize(
+    ("B", "N", "M", "D", "bandwidth", "lengths", "warps", "bands", "dtype"),
+    [
+        (2, 20, 9, 1, None, None, 1, 1, "float64"),  # 1 row a thread
+        (3, 40, 12, 2, 2, ([40, 17, 1], [12, 3, 5]), 1, 1, "float64"),  # 2 rows, lengths, band
+        (1, 65, 33, 1, None, None, 1, 1, "float32"),  # 4 rows (AHEAD_ROWS), M past 32
+        (1, 70, 20, 1, 6, None, 1, 3, "float32"),  # bands
+        (2, 1, 5, 1, None, None, 1, 1, "float64"),  # one row
+        (2, 6, 1, 1, None, None, 2, 1, "float32"),  # one column, 2 warps
+    ],
+)
+def test_costs_a_step_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths, warps,
+                                              bands, dtype):  # fmt: skip
+    """Each column's costs (forward) and edge weights (backward) computed a step before its
+    cells: the same operations on the same values as in the step, so the same bits; forced
+    through the override as through the argument; refused past ``AHEAD_ROWS`` rows a
+    thread."""
+    from sdtw.cuda.config import overrides
+    from sdtw.cuda.msm import AHEAD_ROWS
+
+    dt = getattr(torch, dtype)
+    x = torch.as_tensor(rng.standard_normal((B, N, D))).to(dt)
+    y = torch.as_tensor(rng.standard_normal((B, M, D))).to(dt)
+    tables = _tables_of(B, N, M, bandwidth, lengths)
+    kw = dict(warps=warps, bands=bands)
+    ahead = msm_cuda(x, y, C, GAMMA, tables, True, ahead=True, **kw)
+    with overrides(msm_ahead=False):
+        inline = msm_cuda(x, y, C, GAMMA, tables, True, **kw)
+    assert all(torch.equal(a, b) for a, b in zip(ahead, inline, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(ahead, msm_cuda(x, y, C, GAMMA, tables, True,
+                                                                 **kw), strict=True))  # fmt: skip
+    x = torch.as_tensor(rng.standard_normal((1, 32 * AHEAD_ROWS + 1, 1)))
+    with pytest.raises(ValueError, match="ahead takes at most"):
+        msm_cuda(x, x, C, GAMMA, _tables_of(1, x.shape[1], x.shape[1], None, None), False,
+                 warps=1, ahead=True)  # fmt: skip
+
+
 def test_the_rule_for_bands():
     assert _bands(512, 32, 132) == 4  # B = 32 on an H100: 4 bands of 128 rows
     assert _shape(128, 4 * 32, 132) == (1, 4)  # (a band: a warp for each sub-partition)
@@ -305,6 +343,9 @@ def test_gpu_bands_are_the_one_block_bits(rng, dtype):
         tables = _tables_of(B, N, M, bandwidth, lengths)
         banded = msm_cuda(x, y, C, GAMMA, tables, True)
         whole = msm_cuda(x, y, C, GAMMA, tables, True, warps=warps, bands=1)
+        if N <= 512:  # (the costs and weights in the step instead of a step before)
+            inline = msm_cuda(x, y, C, GAMMA, tables, True, ahead=False)
+            assert all(torch.equal(a, b) for a, b in zip(banded, inline, strict=True))
         for a, b in zip(banded, whole, strict=True):
             if N <= 512:  # (a row a thread in both)
                 assert torch.equal(a, b)

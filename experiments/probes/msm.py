@@ -4,10 +4,11 @@ For B pairs of N = M samples (D = 1, gamma = 1, c = 1, float32 inputs or ``--flo
 wall time of a forward-only call and of a forward + backward step (``soft_msm(x, y).sum()
 .backward()``, synchronised; median of ``--repeats`` per round, ``--rounds`` rounds
 alternating the variants) and torch.profiler's GPU time per kernel in a step, for Soft-MSM
-with the rule's bands (a task's rows as bands on blocks of their own where the tasks leave SMs
-idle), Soft-MSM as one block a task (``sdtw.cuda.config.overrides(msm_bands=1)``) and
-``sdtw.softdtw``.  The difference between a step's wall time and its kernels' GPU time is host
-work that the GPU waited for.
+by the rules (a task's rows as bands on blocks of their own where the tasks leave SMs idle,
+each column's costs and weights computed a step before its cells), Soft-MSM with the costs
+and weights in the step (``sdtw.cuda.config.overrides(msm_ahead=False)``), as one block a
+task (``overrides(msm_bands=1)``) and ``sdtw.softdtw``.  The difference between a step's
+wall time and its kernels' GPU time is host work that the GPU waited for.
 
 Usage::
 
@@ -59,22 +60,24 @@ def main(argv: list[str] | None = None) -> int:
     from sdtw.cuda.config import overrides
 
     dtype = torch.float64 if args.float64 else torch.float32
-    variants = {"Soft-MSM, the rule's bands": ("msm", None),
-                "Soft-MSM, one block a task": ("msm", 1), "soft-DTW": ("dtw", None)}  # fmt: skip
+    variants = {"Soft-MSM, the rules": ("msm", {}),
+                "Soft-MSM, costs in the step": ("msm", {"msm_ahead": False}),
+                "Soft-MSM, one block a task": ("msm", {"msm_bands": 1}),
+                "soft-DTW": ("dtw", {})}  # fmt: skip
     print(f"{torch.cuda.get_device_name()}; B = {args.batch}, D = 1, {str(dtype)[6:]}")
     for N in args.sizes:
         steps = _steps(args.batch, N, dtype)
         for grad, label in ((False, "forward"), (True, "forward + backward")):
             times: dict = {k: [] for k in variants}
             for _ in range(args.rounds):
-                for name, (which, bands) in variants.items():
-                    with overrides(msm_bands=bands):
+                for name, (which, forced) in variants.items():
+                    with overrides(**forced):
                         times[name].append(probes.median_ms(steps[which](grad), args.repeats))
             for name, ts in times.items():
                 rounds = " ".join(f"{t:.3f}" for t in ts)
                 print(f"N = {N} {label}: {name}: {statistics.median(ts):.3f} ms ({rounds})")
-        for name, (which, bands) in variants.items():
-            with overrides(msm_bands=bands):
+        for name, (which, forced) in variants.items():
+            with overrides(**forced):
                 kt = kernel_times(steps[which](True), 5)
             total = sum(t for t, _ in kt)
             top = "; ".join(f"{t:.1f} us {k}" for t, k in kt[:4])

@@ -111,6 +111,10 @@ WARP = 32
 MAX_ROWS = 16
 #: The wavefront kernels' most rows: 16 rows per thread in 4 warps.
 MAX_N = 4 * WARP * MAX_ROWS
+#: The most rows per thread whose next column's costs and weights fit registers (ptxas, sm_90:
+#: the backward of 4 rows takes 232, of 8 rows 255 and a spill; 1 row, 16 warps: 96 / 108 of
+#: the 128 that a block of 512 threads leaves).
+AHEAD_ROWS = 4
 
 
 @device
@@ -125,9 +129,9 @@ def _order3(a, b, c):
 def _softmin3(a, b, c, gamma, ig):
     """``softmin_gamma(a, b, c)``, ``ig = 1 / gamma``; ``+inf`` if all three are."""
     m, o1, hi1 = _order3(a, b, c)
-    if m == INF:
-        return m
-    return m - gamma * math.log1p(math.exp((m - o1) * ig) + math.exp((m - hi1) * ig))
+    f = m if m < INF else 0.0  # (no branch: the sum of a finite stand-in, then a select)
+    r = f - gamma * math.log1p(math.exp((f - o1) * ig) + math.exp((f - hi1) * ig))
+    return r if m < INF else m
 
 
 @device
@@ -168,7 +172,8 @@ def _transition(v, p, o, c, gamma, ig):
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 _EPS32 = float32(GATE_EPS)
-_INF32 = float32(INF)
+_U_MAX = float32(2.0**62)
+_S_MAX = float32(2.0**127)
 
 
 @device
@@ -182,17 +187,18 @@ def _exp_scaled(z):
 def _softmin3_fast(a, b, c, gamma, ig2):
     """:func:`_softmin3` with float32 ``ex2`` / ``lg2`` (the sum lies in [1, 3])."""
     m, o1, hi1 = _order3(a, b, c)
-    if m == INF:
-        return m
-    s = float32(1.0) + exp2(narrow((m - o1) * ig2)) + exp2(narrow((m - hi1) * ig2))
-    return m - (gamma * LN2) * float64(log2(s))
+    f = m if m < INF else 0.0  # (as in _softmin3: no branch)
+    s = float32(1.0) + exp2(narrow((f - o1) * ig2)) + exp2(narrow((f - hi1) * ig2))
+    r = f - (gamma * LN2) * float64(log2(s))
+    return r if m < INF else m
 
 
 @device
 def _transition_fast(v, p, o, c, gamma, ig2):
     """:func:`_transition` with float32 transcendentals and gate: ``rsqrt(u^2 + eps)`` in
-    float32 (0 where u^2 overflows it, the gate's ratio then ``sign(u)`` and ``S s'(u)`` 0).
-    Differences past float32's range (samples near its limit) are not handled."""
+    float32, ``|u|`` clipped to ``2^62`` (its square then fits float32; the gate's ratio is
+    ``sign(u)`` to float32's precision there, and ``S s'(u)`` 0).  Differences past float32's
+    range (samples near its limit) are not handled."""
     one = float32(1.0)
     dp, do = v - p, v - o
     a, b = dp * dp, do * do
@@ -202,14 +208,12 @@ def _transition_fast(v, p, o, c, gamma, ig2):
     wa = w_min if a <= b else e * w_min
     wb = one - wa
     dp32, do32 = narrow(dp), narrow(do)
-    u = dp32 * do32
-    u2 = u * u
-    rs = fast_rsqrt(u2 + _EPS32)
-    finite = u2 < _INF32
-    ratio = u * rs if finite else (one if u > 0 else -one)
-    keep = float32(0.5) * (one + ratio)  # 1 - s(u)
-    # (where u^2 overflows float32, S may too and rs is 0: S s'(u) is 0, not inf * 0)
-    k = narrow(S) * (float32(-0.5) * _EPS32) * (rs * rs * rs) if finite else float32(0.0)
+    # (clips, not branches: the cell's code stays one block for the scheduler)
+    u = max(-_U_MAX, min(_U_MAX, dp32 * do32))
+    rs = fast_rsqrt(u * u + _EPS32)
+    keep = float32(0.5) * (one + u * rs)  # 1 - s(u)
+    # (rs^3 is 0 past the clip; S clipped below float32's infinity: 0, not inf * 0)
+    k = min(narrow(S), _S_MAX) * (float32(-0.5) * _EPS32) * (rs * rs * rs)
     d_v, d_p, d_o = _partials(dp32, do32, wa, wb, keep, k)
     return c + float64(keep) * S, float64(d_v), float64(d_p), float64(d_o)
 
@@ -277,6 +281,36 @@ def _row_functions(fast: bool) -> tuple:
         return left, v, xi
 
     @device
+    def _costs_row(k, args, xp):
+        """Row ``i0 + k``'s candidates' costs at column ``j`` (``yv = y_j``, ``yp = y_{j-1}``)
+        into ``Cd``, ``Cu``, ``Cl``; returns the row's sample (the next row's ``x_{i-1}``)."""
+        xs, th, yv, yp, c, gamma, ig, Cd, Cu, Cl = args
+        xi = xs[k, th]
+        dm = xi - yv
+        Cd[k] = dm * dm
+        Cu[k] = transition(xi, xp, yv, c, gamma, ig)[0]
+        Cl[k] = transition(yv, yp, xi, c, gamma, ig)[0]
+        return xi
+
+    @device
+    def _forward_row_ahead(k, args, carry):
+        """:func:`_forward_row` with the costs of column ``j`` computed a step before (in
+        ``Cd``, ``Cu``, ``Cl``); then those of column ``j + 1`` (``yn = y_{j+1}``), off the
+        step's chain of ``R``."""
+        R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yn, c, gamma, ig, Cd, Cu, Cl = args
+        diag, up, xp = carry
+        i = i0 + k
+        left = Rs[k]
+        v = softmin3(diag + Cd[k], up + Cu[k], left + Cl[k], gamma, ig)
+        if not (i < n and -lo <= j - i and j - i <= hi):
+            v = INF
+        if i < n:
+            R[task, i, j] = v
+        Rs[k] = v
+        xi = _costs_row(k, (xs, th, yn, yv, c, gamma, ig, Cd, Cu, Cl), xp)
+        return left, v, xi
+
+    @device
     def _backward_row(k, args, carry):
         """Row ``i = i0 + k`` of column ``j``: ``G[i, j]``, the occupancies of the cell's three
         incoming edges (pushed to ``G`` of their tails and to the gradients); ``carry``: what the
@@ -320,7 +354,82 @@ def _row_functions(fast: bool) -> tuple:
         Rn[k] = R[task, i, j - 2] if (i < n and j >= 2) else INF
         return o_up, o_match, gx_above, gyj, gyp
 
-    return _forward_row, _backward_row
+    @device
+    def _weights(W, k, i, j, n, lo, hi, r, r_up, left, diag, xi, xp, yj, yp, c, gamma, ig):
+        """``W[:, k]``: cell ``(i, j)``'s edge weights ``exp((R - R_tail - cost) / gamma)``
+        (match, up, left; 0 outside the table or band), ``x_i - y_j`` and its costs' partial
+        derivatives (up's ``dv, dp, do``, left's), from ``R`` of the cell, the one above, the
+        left and the diagonal."""
+        if i == 0 and j == 0:
+            diag = 0.0  # (R[0, 0] = 0 + (x_0 - y_0)^2: a match from (-1, -1))
+        if not (0 <= j and i < n and -lo <= j - i and j - i <= hi):
+            r = -INF  # (every weight 0, without inf - inf)
+        dm = xi - yj
+        cost_u, d_v, d_p, d_o = transition(xi, xp, yj, c, gamma, ig)
+        cost_l, e_v, e_p, e_o = transition(yj, yp, xi, c, gamma, ig)
+        W[0, k] = expo((r - diag - dm * dm) * ig)
+        W[1, k] = expo((r - r_up - cost_u) * ig)
+        W[2, k] = expo((r - left - cost_l) * ig)
+        W[3, k] = dm
+        W[4, k] = d_v
+        W[5, k] = d_p
+        W[6, k] = d_o
+        W[7, k] = e_v
+        W[8, k] = e_p
+        W[9, k] = e_o
+
+    @device
+    def _first_weights_row(k, args, xp):
+        """Row ``i0 + k``'s :func:`_weights` at the last column, ``R`` read here; returns the
+        row's sample (the next row's ``x_{i-1}``)."""
+        R, task, i0, n, m, lo, hi, xs, th, W, ylast, yprev, c, gamma, ig = args
+        i = i0 + k
+        j = m - 1
+        r = R[task, i, j] if i < n else INF
+        r_up = R[task, i - 1, j] if (0 < i and i <= n) else INF
+        left = R[task, i, j - 1] if (i < n and j >= 1) else INF
+        diag = R[task, i - 1, j - 1] if (0 < i and i <= n and j >= 1) else INF
+        xi = xs[k, th]
+        _weights(W, k, i, j, n, lo, hi, r, r_up, left, diag, xi, xp, ylast, yprev, c, gamma, ig)
+        return xi
+
+    @device
+    def _backward_row_ahead(k, args, carry):
+        """:func:`_backward_row` with the cell's weights and partials computed a step before
+        (``W``), so that the step's chain is ``G``'s sums and products only; then those of
+        column ``j - 1`` (``ya = y_{j-1}``, ``yb = y_{j-2}``) from ``Rs``, ``Rn``: the strip's
+        ``R`` of columns ``j - 1`` and ``j - 2`` (``A1``, ``A2``: the row above's), and the
+        strip's column ``j - 3`` loaded for the step after."""
+        R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th, W = args[:15]
+        A1, A2, x_above, ya, yb, c, gamma, ig = args[15:]
+        up_in, match_in, gx_above, gyj, gyp = carry
+        i = i0 + k
+        g = Gs[k] + up_in
+        if i == n - 1 and j == m - 1:
+            g += 1.0
+        o_match = g * W[0, k]
+        o_up = g * W[1, k]
+        o_left = g * W[2, k]
+        g_match = o_match * 2.0 * W[3, k]
+        gxs[k, th] += g_match + o_up * W[4, k] + o_left * W[9, k]
+        if k > 0:
+            gxs[k - 1, th] += o_up * W[5, k]
+        else:
+            gx_above += o_up * W[5, k]
+        gyj += o_up * W[6, k] + o_left * W[7, k] - g_match
+        gyp += o_left * W[8, k]
+        Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
+        xi = xs[k, th]
+        xp = xs[k - 1, th] if k > 0 else x_above
+        r_up = Rs[k - 1] if k > 0 else A1
+        diag = Rn[k - 1] if k > 0 else A2
+        _weights(W, k, i, j - 1, n, lo, hi, Rs[k], r_up, Rn[k], diag, xi, xp, ya, yb, c, gamma, ig)
+        Rs[k] = Rn[k]  # (row k + 1 is done with Rs[k] and Rn[k])
+        Rn[k] = R[task, i, j - 3] if (i < n and j >= 3) else INF
+        return o_up, o_match, gx_above, gyj, gyp
+
+    return (_forward_row, _backward_row, _forward_row_ahead, _costs_row, _backward_row_ahead,
+            _first_weights_row)  # fmt: skip
 
 
 @device
@@ -352,15 +461,22 @@ def _wait_value(bnd, idx):
 
 
 @functools.cache
-def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -> tuple:
+def _wavefront(
+    rows: int, warps: int, fast: bool = False, split: bool = False, ahead: bool = False
+) -> tuple:
     """The (forward, backward) kernels for ``rows`` rows per thread, ``warps`` warps per
     block, float32 transcendentals if ``fast`` (:func:`_row_functions`); with ``split``, a
-    task's rows in bands of ``32 warps rows`` rows, a block each (:func:`_bands`)."""
+    task's rows in bands of ``32 warps rows`` rows, a block each (:func:`_bands`); with
+    ``ahead``, the forward computes a column's costs a step before its cells."""
     T = WARP * warps
     BR = T * rows  # (a band's rows)
-    forward_row, backward_row = _row_functions(fast)
-    down = _unrolled(forward_row, rows, False)
-    up_strip = _unrolled(backward_row, rows, True)
+    forward_row, backward_row, forward_row_ahead, costs_row, backward_row_ahead, first_w = (
+        _row_functions(fast)
+    )
+    down = _unrolled(forward_row_ahead if ahead else forward_row, rows, False)
+    costs = _unrolled(costs_row, rows, False)
+    up_strip = _unrolled(backward_row_ahead if ahead else backward_row, rows, True)
+    first_weights = _unrolled(first_w, rows, False)
     scale = LOG2E if fast else 1.0
 
     @kernel
@@ -401,6 +517,14 @@ def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -
         up_prev = INF
         yv = 0.0
         y_next = y[b, 0, d] if th == 0 else 0.0
+        if ahead:  # (column 0's costs; y_j, y_{j+1} of step 0's j = -th, clamped)
+            Cd = cuda.local.array(rows, float64)
+            Cu = cuda.local.array(rows, float64)
+            Cl = cuda.local.array(rows, float64)
+            y0 = y[b, 0, d]
+            costs(0, (xs, th, y0, y0, c, gamma, ig, Cd, Cu, Cl), x_above)
+            y_next = y[b, min(max(-th, 0), m - 1), d]
+            y_after = y[b, min(max(1 - th, 0), m - 1), d]
         for s in range(m + used - 1):
             hand[s & 1, th] = bot
             cuda.syncthreads()
@@ -418,12 +542,21 @@ def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -
                 up = hand[s & 1, th - 1]
                 diag = up_prev
             up_prev = up
-            yp = yv  # y_{j-1}: any finite value at j = 0 (its edge's tail is +inf)
-            yv = y_next
-            if 0 <= j + 1 and j + 1 < m:
-                y_next = y[b, j + 1, d]
+            if ahead:
+                yv = y_next  # (y_j, y_{j+1}: any finite value where clamped)
+                y_next = y_after
+                y_after = y[b, min(max(j + 2, 0), m - 1), d]
+            else:
+                yp = yv  # y_{j-1}: any finite value at j = 0 (its edge's tail is +inf)
+                yv = y_next
+                if 0 <= j + 1 and j + 1 < m:
+                    y_next = y[b, j + 1, d]
             if 0 <= j and j < m and i0 < n:
-                args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
+                if ahead:
+                    args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, y_next, c, gamma, ig,
+                            Cd, Cu, Cl)  # fmt: skip
+                else:
+                    args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
                 down(0, args, (diag, up, x_above))
                 bot = Rs[rows - 1]
                 if split:
@@ -463,17 +596,23 @@ def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -
         gxs = cuda.shared.array((rows, T), float64)
         grp_g = cuda.shared.array(WARP, float64)  # from the band below, a group of columns
         grp_y = cuda.shared.array(WARP, float64)
+        sh = 1 if ahead else 0  # (ahead: Rs, Rn hold columns j - 1, j - 2)
         for k in range(rows):
             i = i0 + k
-            Rs[k] = R[task, i, m - 1] if i < n else INF
-            Rn[k] = R[task, i, m - 2] if (i < n and m >= 2) else INF
+            Rs[k] = R[task, i, m - 1 - sh] if (i < n and m >= 1 + sh) else INF
+            Rn[k] = R[task, i, m - 2 - sh] if (i < n and m >= 2 + sh) else INF
             Gs[k] = 0.0
             xs[k, th] = x[b, min(i, n - 1), d]
             gxs[k, th] = 0.0
         above = 0 < i0 and i0 <= n
         x_above = x[b, i0 - 1, d] if above else 0.0
-        R_above = R[task, i0 - 1, m - 1] if above else INF
-        R_above_next = R[task, i0 - 1, m - 2] if (above and m >= 2) else INF
+        R_above = R[task, i0 - 1, m - 1 - sh] if (above and m >= 1 + sh) else INF
+        R_above_next = R[task, i0 - 1, m - 2 - sh] if (above and m >= 2 + sh) else INF
+        W = cuda.local.array((10, rows), float64)  # (ahead: the weights of the next column)
+        if ahead:
+            ylast, yprev = y[b, m - 1, d], y[b, max(m - 2, 0), d]
+            wargs = (R, task, i0, n, m, lo, hi, xs, th, W, ylast, yprev, c, gamma, ig)
+            first_weights(0, wargs, x_above)
         gx_above = 0.0  # what the top row's up edges owe x_{i0-1}
         # split: what the band below pushes into this band's last row and gy's partial sums
         # arrive through bnd_g / bnd_y, columns right to left; this band's go to the band above
@@ -486,8 +625,12 @@ def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -
         pref_g = poll(bnd_g, row_in + lane_col) if fed else 0
         pref_y = poll(bnd_y, row_in + lane_col) if fed else 0
         j0 = (m - 1) + last - th  # the column at step 0
-        ya = y[b, j0, d] if 0 <= j0 and j0 < m else 0.0
-        yb = y[b, j0 - 1, d] if 0 <= j0 - 1 and j0 - 1 < m else 0.0
+        if ahead:  # (y_{j-1}, y_{j-2} at step s, clamped)
+            ya = y[b, min(max(j0 - 1, 0), m - 1), d]
+            yb = y[b, min(max(j0 - 2, 0), m - 1), d]
+        else:
+            ya = y[b, j0, d] if 0 <= j0 and j0 < m else 0.0
+            yb = y[b, j0 - 1, d] if 0 <= j0 - 1 and j0 - 1 < m else 0.0
         send = 0.0  # pushed into row i0 - 1 at this step's column (thread - 1's next step's)
         match_top = 0.0  # the top row's match push of the step before (into the same cell)
         gy_send = 0.0  # gy at this step's column: this thread's part and the ones' below
@@ -509,16 +652,23 @@ def _wavefront(rows: int, warps: int, fast: bool = False, split: bool = False) -
             j = j0 - s
             yj, yp = ya, yb
             ya = yb
-            yb = y[b, j - 2, d] if 0 <= j - 2 and j - 2 < m else 0.0
+            if ahead:
+                yb = y[b, min(max(j - 3, 0), m - 1), d]
+            else:
+                yb = y[b, j - 2, d] if 0 <= j - 2 and j - 2 < m else 0.0
             send = 0.0
             gy_send = 0.0
             if 0 <= j and j < m and mine:
-                strip = (R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th)
+                if ahead:
+                    strip = (R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th, W)
+                else:
+                    strip = (R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th)
                 inputs = (R_above, R_above_next, x_above, yj, yp, c, gamma, ig)
                 carry = (G_below, 0.0, gx_above, gy_below + gy_carry, 0.0)
                 o_up, o_match, gx_above, gyj, gyp = up_strip(0, (*strip, *inputs), carry)
                 R_above = R_above_next
-                R_above_next = R[task, i0 - 1, j - 2] if (above and j >= 2) else INF
+                jn = j - 2 - sh  # (the column after Rn's)
+                R_above_next = R[task, i0 - 1, jn] if (above and jn >= 0) else INF
                 send = o_up + match_top
                 match_top = o_match
                 gy_send = gyj
@@ -756,6 +906,7 @@ def msm_cuda(
     *,
     warps: int | None = None,
     bands: int | None = None,
+    ahead: bool | None = None,
 ) -> tuple:
     """Values (B,) and, with ``need``, the gradients wrt x (B, N, D) and y (B, M, D) of
     Soft-MSM, float64; ``tables``: int64 NumPy arrays ``(n, m, lo, hi)`` (B,) of each pair's
@@ -766,8 +917,9 @@ def msm_cuda(
     :func:`_bands`'s rule; 1 where the tasks fill the GPU), one block
     of ``warps`` warps each (None: :func:`_shape`'s rule for the band's rows, 1 to 16; an
     override up to 16, with rows times warps at most 64), with float32 transcendentals for
-    float32 inputs (:func:`_row_functions`) and float64 ones otherwise; beyond, the diagonal
-    kernels (float64)."""
+    float32 inputs (:func:`_row_functions`) and float64 ones otherwise, each column's costs
+    and weights a step before its cells where ``ahead`` (None: the override's, else up to
+    ``AHEAD_ROWS`` rows a thread); beyond, the diagonal kernels (float64)."""
     fast = x.dtype == torch.float32
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
@@ -799,7 +951,13 @@ def msm_cuda(
         return list(flat.split(sizes))
 
     if shape is not None:
-        forward, backward = _wavefront(*shape, fast, nb > 1)
+        ahead = current_overrides().msm_ahead if ahead is None else ahead
+        if ahead is None:
+            ahead = shape[0] <= AHEAD_ROWS
+        elif ahead and shape[0] > AHEAD_ROWS:
+            raise ValueError(f"sdtw: ahead takes at most {AHEAD_ROWS} rows a thread (registers), "
+                             f"got {shape[0]} for N = {N}")  # fmt: skip
+        forward, backward = _wavefront(*shape, fast, nb > 1, ahead)
         threads = WARP * shape[1]
         R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
         values = torch.empty(B * D, dtype=torch.float64, device=dev)
