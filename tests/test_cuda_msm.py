@@ -15,7 +15,7 @@ import torch
 import sdtw
 from sdtw.band import band_offsets, pair_offsets
 from sdtw.cpu import _tables
-from sdtw.cuda.msm import MAX_N, _bands, _shape, msm_cuda
+from sdtw.cuda.msm import MAX_N, _bands, _depth, _shape, msm_cuda
 from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
 from tests.conftest import requires_gpu, requires_sim
 
@@ -165,36 +165,36 @@ def test_bands_forced_through_the_overrides(rng):
     [
         (2, 20, 9, 1, None, None, 1, 1, "float64"),  # 1 row a thread
         (3, 40, 12, 2, 2, ([40, 17, 1], [12, 3, 5]), 1, 1, "float64"),  # 2 rows, lengths, band
-        (1, 65, 33, 1, None, None, 1, 1, "float32"),  # 4 rows (AHEAD_ROWS), M past 32
+        (1, 65, 33, 1, None, None, 1, 1, "float32"),  # 4 rows: one step ahead at most
         (1, 70, 20, 1, 6, None, 1, 3, "float32"),  # bands
         (2, 1, 5, 1, None, None, 1, 1, "float64"),  # one row
-        (2, 6, 1, 1, None, None, 2, 1, "float32"),  # one column, 2 warps
+        (2, 6, 2, 1, None, None, 2, 1, "float32"),  # two columns, 2 warps
+        (2, 6, 1, 1, None, None, 1, 1, "float64"),  # one column
     ],
 )
-def test_costs_a_step_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths, warps,
-                                              bands, dtype):  # fmt: skip
-    """Each column's costs (forward) and edge weights (backward) computed a step before its
-    cells: the same operations on the same values as in the step, so the same bits; forced
-    through the override as through the argument; refused past ``AHEAD_ROWS`` rows a
-    thread."""
+def test_costs_steps_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths, warps,
+                                             bands, dtype):  # fmt: skip
+    """Each column's costs (forward) and edge weights (backward) computed one or two steps
+    before its cells: the same operations on the same values as in the step, so the same
+    bits at every depth the registers allow (:func:`_depth`); forced through the override as
+    through the argument; a depth past the rule's refused."""
     from sdtw.cuda.config import overrides
-    from sdtw.cuda.msm import AHEAD_ROWS
 
     dt = getattr(torch, dtype)
     x = torch.as_tensor(rng.standard_normal((B, N, D))).to(dt)
     y = torch.as_tensor(rng.standard_normal((B, M, D))).to(dt)
     tables = _tables_of(B, N, M, bandwidth, lengths)
     kw = dict(warps=warps, bands=bands)
-    ahead = msm_cuda(x, y, C, GAMMA, tables, True, ahead=True, **kw)
-    with overrides(msm_ahead=False):
-        inline = msm_cuda(x, y, C, GAMMA, tables, True, **kw)
-    assert all(torch.equal(a, b) for a, b in zip(ahead, inline, strict=True))
-    assert all(torch.equal(a, b) for a, b in zip(ahead, msm_cuda(x, y, C, GAMMA, tables, True,
-                                                                 **kw), strict=True))  # fmt: skip
-    x = torch.as_tensor(rng.standard_normal((1, 32 * AHEAD_ROWS + 1, 1)))
-    with pytest.raises(ValueError, match="ahead takes at most"):
-        msm_cuda(x, x, C, GAMMA, _tables_of(1, x.shape[1], x.shape[1], None, None), False,
-                 warps=1, ahead=True)  # fmt: skip
+    rows, w = _shape(-(-N // bands), B * D * bands, 0, warps)
+    deepest = _depth(rows, w, dtype == "float32")
+    assert deepest == (2 if rows <= 2 else 1)
+    inline = msm_cuda(x, y, C, GAMMA, tables, True, ahead=0, **kw)
+    for depth in range(1, deepest + 1):
+        with overrides(msm_ahead=depth):
+            got = msm_cuda(x, y, C, GAMMA, tables, True, **kw)
+        assert all(torch.equal(a, b) for a, b in zip(got, inline, strict=True)), depth
+    with pytest.raises(ValueError, match="ahead must be 0 to"):
+        msm_cuda(x, y, C, GAMMA, tables, False, ahead=deepest + 1, **kw)
 
 
 def test_the_rule_for_bands():
@@ -343,8 +343,8 @@ def test_gpu_bands_are_the_one_block_bits(rng, dtype):
         tables = _tables_of(B, N, M, bandwidth, lengths)
         banded = msm_cuda(x, y, C, GAMMA, tables, True)
         whole = msm_cuda(x, y, C, GAMMA, tables, True, warps=warps, bands=1)
-        if N <= 512:  # (the costs and weights in the step instead of a step before)
-            inline = msm_cuda(x, y, C, GAMMA, tables, True, ahead=False)
+        if N <= 512:  # (the costs and weights in the step instead of steps before)
+            inline = msm_cuda(x, y, C, GAMMA, tables, True, ahead=0)
             assert all(torch.equal(a, b) for a, b in zip(banded, inline, strict=True))
         for a, b in zip(banded, whole, strict=True):
             if N <= 512:  # (a row a thread in both)

@@ -110,8 +110,8 @@ class Overrides:
     tc_one_launch : both Triton gradients in one launch (True) or two (False); None:
         :func:`sdtw.cuda.policy.tc_one_launch`.
     msm_bands : Soft-MSM's bands per task (``sdtw.cuda.msm._bands``; 1: one block a task).
-    msm_ahead : Soft-MSM's wavefront kernels compute a column's costs and weights a step
-        before its cells (``sdtw.cuda.msm.AHEAD_ROWS``; False: in the step).
+    msm_ahead : how many steps before its cells Soft-MSM's wavefront kernels compute a
+        column's costs and weights (``sdtw.cuda.msm._depth``; 0: in the step).
     """
 
     mover: bool | None = None
@@ -122,7 +122,7 @@ class Overrides:
     tc_settings: tuple | None = None
     tc_one_launch: bool | None = None
     msm_bands: int | None = None
-    msm_ahead: bool | None = None
+    msm_ahead: int | None = None
 
     @property
     def forced(self) -> bool:

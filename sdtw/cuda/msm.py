@@ -111,10 +111,6 @@ WARP = 32
 MAX_ROWS = 16
 #: The wavefront kernels' most rows: 16 rows per thread in 4 warps.
 MAX_N = 4 * WARP * MAX_ROWS
-#: The most rows per thread whose next column's costs and weights fit registers (ptxas, sm_90:
-#: the backward of 4 rows takes 232, of 8 rows 255 and a spill; 1 row, 16 warps: 96 / 108 of
-#: the 128 that a block of 512 threads leaves).
-AHEAD_ROWS = 4
 
 
 @device
@@ -252,10 +248,11 @@ def _unrolled(row, rows: int, upward: bool):
 
 
 @functools.cache
-def _row_functions(fast: bool) -> tuple:
-    """The (forward, backward) row updates of the wavefront kernels, with the float32
-    transcendentals (``fast``, float32 inputs; ``ig`` is then ``log2(e) / gamma``) or
-    float64 ones."""
+def _row_functions(fast: bool, depth: int = 1) -> tuple:
+    """The row updates of the wavefront kernels, with the float32 transcendentals (``fast``,
+    float32 inputs; ``ig`` is then ``log2(e) / gamma``) or float64 ones; those that work
+    ``depth`` columns ahead keep ``depth`` columns of costs (forward) or weights (backward),
+    the step's first."""
     transition = _transition_fast if fast else _transition
     softmin3 = _softmin3_fast if fast else _softmin3
     expo = _exp_scaled if fast else _exp64
@@ -282,33 +279,35 @@ def _row_functions(fast: bool) -> tuple:
 
     @device
     def _costs_row(k, args, xp):
-        """Row ``i0 + k``'s candidates' costs at column ``j`` (``yv = y_j``, ``yp = y_{j-1}``)
-        into ``Cd``, ``Cu``, ``Cl``; returns the row's sample (the next row's ``x_{i-1}``)."""
-        xs, th, yv, yp, c, gamma, ig, Cd, Cu, Cl = args
+        """Row ``i0 + k``'s candidates' costs (match, up, left) at a column (``yv = y_j``,
+        ``yp = y_{j-1}``) into ``C[q, :, k]``, the ``C[1 .. moves]`` moved one place down
+        first; returns the row's sample (the next row's ``x_{i-1}``)."""
+        xs, th, yv, yp, c, gamma, ig, C, q, moves = args
+        for t in range(moves):
+            for u in range(3):
+                C[t, u, k] = C[t + 1, u, k]
         xi = xs[k, th]
         dm = xi - yv
-        Cd[k] = dm * dm
-        Cu[k] = transition(xi, xp, yv, c, gamma, ig)[0]
-        Cl[k] = transition(yv, yp, xi, c, gamma, ig)[0]
+        C[q, 0, k] = dm * dm
+        C[q, 1, k] = transition(xi, xp, yv, c, gamma, ig)[0]
+        C[q, 2, k] = transition(yv, yp, xi, c, gamma, ig)[0]
         return xi
 
     @device
-    def _forward_row_ahead(k, args, carry):
-        """:func:`_forward_row` with the costs of column ``j`` computed a step before (in
-        ``Cd``, ``Cu``, ``Cl``); then those of column ``j + 1`` (``yn = y_{j+1}``), off the
-        step's chain of ``R``."""
-        R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yn, c, gamma, ig, Cd, Cu, Cl = args
-        diag, up, xp = carry
+    def _forward_cell(k, args, carry):
+        """:func:`_forward_row` with the costs of column ``j`` computed steps before (in
+        ``C[0]``): the step's chain of ``R`` only."""
+        R, task, i0, j, n, lo, hi, Rs, gamma, ig, C = args
+        diag, up = carry
         i = i0 + k
         left = Rs[k]
-        v = softmin3(diag + Cd[k], up + Cu[k], left + Cl[k], gamma, ig)
+        v = softmin3(diag + C[0, 0, k], up + C[0, 1, k], left + C[0, 2, k], gamma, ig)
         if not (i < n and -lo <= j - i and j - i <= hi):
             v = INF
         if i < n:
             R[task, i, j] = v
         Rs[k] = v
-        xi = _costs_row(k, (xs, th, yn, yv, c, gamma, ig, Cd, Cu, Cl), xp)
-        return left, v, xi
+        return left, v
 
     @device
     def _backward_row(k, args, carry):
@@ -355,8 +354,8 @@ def _row_functions(fast: bool) -> tuple:
         return o_up, o_match, gx_above, gyj, gyp
 
     @device
-    def _weights(W, k, i, j, n, lo, hi, r, r_up, left, diag, xi, xp, yj, yp, c, gamma, ig):
-        """``W[:, k]``: cell ``(i, j)``'s edge weights ``exp((R - R_tail - cost) / gamma)``
+    def _weights(W, q, k, i, j, n, lo, hi, r, r_up, left, diag, xi, xp, yj, yp, c, gamma, ig):
+        """``W[q, :, k]``: cell ``(i, j)``'s edge weights ``exp((R - R_tail - cost) / gamma)``
         (match, up, left; 0 outside the table or band), ``x_i - y_j`` and its costs' partial
         derivatives (up's ``dv, dp, do``, left's), from ``R`` of the cell, the one above, the
         left and the diagonal."""
@@ -367,69 +366,90 @@ def _row_functions(fast: bool) -> tuple:
         dm = xi - yj
         cost_u, d_v, d_p, d_o = transition(xi, xp, yj, c, gamma, ig)
         cost_l, e_v, e_p, e_o = transition(yj, yp, xi, c, gamma, ig)
-        W[0, k] = expo((r - diag - dm * dm) * ig)
-        W[1, k] = expo((r - r_up - cost_u) * ig)
-        W[2, k] = expo((r - left - cost_l) * ig)
-        W[3, k] = dm
-        W[4, k] = d_v
-        W[5, k] = d_p
-        W[6, k] = d_o
-        W[7, k] = e_v
-        W[8, k] = e_p
-        W[9, k] = e_o
+        W[q, 0, k] = expo((r - diag - dm * dm) * ig)
+        W[q, 1, k] = expo((r - r_up - cost_u) * ig)
+        W[q, 2, k] = expo((r - left - cost_l) * ig)
+        W[q, 3, k] = dm
+        W[q, 4, k] = d_v
+        W[q, 5, k] = d_p
+        W[q, 6, k] = d_o
+        W[q, 7, k] = e_v
+        W[q, 8, k] = e_p
+        W[q, 9, k] = e_o
 
     @device
     def _first_weights_row(k, args, xp):
-        """Row ``i0 + k``'s :func:`_weights` at the last column, ``R`` read here; returns the
-        row's sample (the next row's ``x_{i-1}``)."""
-        R, task, i0, n, m, lo, hi, xs, th, W, ylast, yprev, c, gamma, ig = args
+        """Row ``i0 + k``'s :func:`_weights` at column ``j`` (``m - 1 - j`` columns before the
+        last) into ``W``, ``R`` read here; returns the row's sample (the next row's
+        ``x_{i-1}``)."""
+        R, task, i0, j, n, lo, hi, xs, th, W, q, yj, yp, c, gamma, ig = args
         i = i0 + k
-        j = m - 1
-        r = R[task, i, j] if i < n else INF
-        r_up = R[task, i - 1, j] if (0 < i and i <= n) else INF
-        left = R[task, i, j - 1] if (i < n and j >= 1) else INF
-        diag = R[task, i - 1, j - 1] if (0 < i and i <= n and j >= 1) else INF
         xi = xs[k, th]
-        _weights(W, k, i, j, n, lo, hi, r, r_up, left, diag, xi, xp, ylast, yprev, c, gamma, ig)
+        if 0 <= j:  # (else: a column that never comes)
+            r = R[task, i, j] if i < n else INF
+            r_up = R[task, i - 1, j] if (0 < i and i <= n) else INF
+            left = R[task, i, j - 1] if (i < n and j >= 1) else INF
+            diag = R[task, i - 1, j - 1] if (0 < i and i <= n and j >= 1) else INF
+            _weights(W, q, k, i, j, n, lo, hi, r, r_up, left, diag, xi, xp, yj, yp, c, gamma, ig)
         return xi
 
     @device
-    def _backward_row_ahead(k, args, carry):
-        """:func:`_backward_row` with the cell's weights and partials computed a step before
-        (``W``), so that the step's chain is ``G``'s sums and products only; then those of
-        column ``j - 1`` (``ya = y_{j-1}``, ``yb = y_{j-2}``) from ``Rs``, ``Rn``: the strip's
-        ``R`` of columns ``j - 1`` and ``j - 2`` (``A1``, ``A2``: the row above's), and the
-        strip's column ``j - 3`` loaded for the step after."""
-        R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th, W = args[:15]
-        A1, A2, x_above, ya, yb, c, gamma, ig = args[15:]
-        up_in, match_in, gx_above, gyj, gyp = carry
+    def _backward_chain(k, args, carry):
+        """:func:`_backward_row` with the cell's weights and partials computed steps before
+        (``W``, the step's column's ``W[0]``): ``G``'s sums and products, the occupancies
+        into ``O`` (the ``x`` gradients' terms wait for :func:`_backward_next`, after the
+        step's hand-over)."""
+        i0, j, n, m, Gs, W, O = args
+        up_in, match_in, gyj, gyp = carry
         i = i0 + k
         g = Gs[k] + up_in
         if i == n - 1 and j == m - 1:
             g += 1.0
-        o_match = g * W[0, k]
-        o_up = g * W[1, k]
-        o_left = g * W[2, k]
-        g_match = o_match * 2.0 * W[3, k]
-        gxs[k, th] += g_match + o_up * W[4, k] + o_left * W[9, k]
-        if k > 0:
-            gxs[k - 1, th] += o_up * W[5, k]
-        else:
-            gx_above += o_up * W[5, k]
-        gyj += o_up * W[6, k] + o_left * W[7, k] - g_match
-        gyp += o_left * W[8, k]
+        o_match = g * W[0, 0, k]
+        o_up = g * W[0, 1, k]
+        o_left = g * W[0, 2, k]
+        g_match = o_match * 2.0 * W[0, 3, k]
+        gyj += o_up * W[0, 6, k] + o_left * W[0, 7, k] - g_match
+        gyp += o_left * W[0, 8, k]
         Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
+        O[0, k] = g_match
+        O[1, k] = o_up
+        O[2, k] = o_left
+        return o_up, o_match, gyj, gyp
+
+    @device
+    def _backward_next(k, args, gx_above):
+        """Row ``i0 + k``'s ``x`` gradients' terms of the step (:func:`_backward_chain`'s
+        ``O``, in :func:`_backward_row`'s order); the later columns' weights moved one place
+        down, then its :func:`_weights` at column ``jw = j - depth`` (``ya = y_jw``,
+        ``yb = y_{jw-1}``) from ``Rs``, ``Rn``: the strip's ``R`` of columns ``jw`` and
+        ``jw - 1`` (``A1``, ``A2``: the row above's); loads column ``jw - 2`` for the step
+        after.  Returns what the strip's up edges owe ``x_{i0-1}``."""
+        R, task, i0, j, n, lo, hi, Rs, Rn, xs, gxs, th, W, O = args[:14]
+        A1, A2, x_above, ya, yb, c, gamma, ig = args[14:]
+        i = i0 + k
+        o_up = O[1, k]
+        gxs[k, th] += O[0, k] + o_up * W[0, 4, k] + O[2, k] * W[0, 9, k]
+        if k > 0:
+            gxs[k - 1, th] += o_up * W[0, 5, k]
+        else:
+            gx_above += o_up * W[0, 5, k]
+        for t in range(depth - 1):
+            for u in range(10):
+                W[t, u, k] = W[t + 1, u, k]
         xi = xs[k, th]
         xp = xs[k - 1, th] if k > 0 else x_above
         r_up = Rs[k - 1] if k > 0 else A1
         diag = Rn[k - 1] if k > 0 else A2
-        _weights(W, k, i, j - 1, n, lo, hi, Rs[k], r_up, Rn[k], diag, xi, xp, ya, yb, c, gamma, ig)
+        jw = j - depth
+        _weights(W, depth - 1, k, i, jw, n, lo, hi, Rs[k], r_up, Rn[k], diag, xi, xp, ya, yb,
+                 c, gamma, ig)  # fmt: skip
         Rs[k] = Rn[k]  # (row k + 1 is done with Rs[k] and Rn[k])
-        Rn[k] = R[task, i, j - 3] if (i < n and j >= 3) else INF
-        return o_up, o_match, gx_above, gyj, gyp
+        Rn[k] = R[task, i, jw - 2] if (i < n and jw >= 2) else INF
+        return gx_above
 
-    return (_forward_row, _backward_row, _forward_row_ahead, _costs_row, _backward_row_ahead,
-            _first_weights_row)  # fmt: skip
+    return (_forward_row, _backward_row, _forward_cell, _costs_row, _backward_chain,
+            _backward_next, _first_weights_row)  # fmt: skip
 
 
 @device
@@ -462,20 +482,26 @@ def _wait_value(bnd, idx):
 
 @functools.cache
 def _wavefront(
-    rows: int, warps: int, fast: bool = False, split: bool = False, ahead: bool = False
+    rows: int, warps: int, fast: bool = False, split: bool = False, depth: int = 0
 ) -> tuple:
     """The (forward, backward) kernels for ``rows`` rows per thread, ``warps`` warps per
     block, float32 transcendentals if ``fast`` (:func:`_row_functions`); with ``split``, a
-    task's rows in bands of ``32 warps rows`` rows, a block each (:func:`_bands`); with
-    ``ahead``, the forward computes a column's costs a step before its cells."""
+    task's rows in bands of ``32 warps rows`` rows, a block each (:func:`_bands`); a column's
+    costs (forward) and edge weights (backward) computed ``depth`` steps before its cells (0:
+    in the step)."""
     T = WARP * warps
     BR = T * rows  # (a band's rows)
-    forward_row, backward_row, forward_row_ahead, costs_row, backward_row_ahead, first_w = (
-        _row_functions(fast)
+    ahead = depth > 0
+    A = max(depth, 1)  # (the local arrays' columns)
+    forward_row, backward_row, forward_cell, costs_row, backward_chain, backward_next, first_w = (
+        _row_functions(fast, A)
     )
-    down = _unrolled(forward_row_ahead if ahead else forward_row, rows, False)
+    # (ahead: a step's chain first, then its hand-over, then the next column's costs or
+    # weights, in that order in the code: a warp issues in order)
+    down = _unrolled(forward_cell if ahead else forward_row, rows, False)
     costs = _unrolled(costs_row, rows, False)
-    up_strip = _unrolled(backward_row_ahead if ahead else backward_row, rows, True)
+    up_strip = _unrolled(backward_chain if ahead else backward_row, rows, True)
+    up_next = _unrolled(backward_next, rows, True)
     first_weights = _unrolled(first_w, rows, False)
     scale = LOG2E if fast else 1.0
 
@@ -517,16 +543,18 @@ def _wavefront(
         up_prev = INF
         yv = 0.0
         y_next = y[b, 0, d] if th == 0 else 0.0
-        if ahead:  # (column 0's costs; y_j, y_{j+1} of step 0's j = -th, clamped)
-            Cd = cuda.local.array(rows, float64)
-            Cu = cuda.local.array(rows, float64)
-            Cl = cuda.local.array(rows, float64)
-            y0 = y[b, 0, d]
-            costs(0, (xs, th, y0, y0, c, gamma, ig, Cd, Cu, Cl), x_above)
-            y_next = y[b, min(max(-th, 0), m - 1), d]
-            y_after = y[b, min(max(1 - th, 0), m - 1), d]
+        C = cuda.local.array((A, 3, rows), float64)  # (ahead: the next columns' costs)
+        if ahead:  # (columns 0 .. A - 1's costs; y_{j+A-1}, y_{j+A} of step 0's j = -th)
+            costs(0, (xs, th, y[b, 0, d], y[b, 0, d], c, gamma, ig, C, 0, 0), x_above)
+            if A > 1:
+                y1 = y[b, min(1, m - 1), d]
+                costs(0, (xs, th, y1, y[b, 0, d], c, gamma, ig, C, 1, 0), x_above)
+            y_next = y[b, min(max(A - 1 - th, 0), m - 1), d]
+            y_after = y[b, min(max(A - th, 0), m - 1), d]
+        hand[0, th] = hand[1, th] = INF  # (ahead: written by active steps only)
         for s in range(m + used - 1):
-            hand[s & 1, th] = bot
+            if not ahead:
+                hand[s & 1, th] = bot
             cuda.syncthreads()
             j = s - th
             if fed and (s & (WARP - 1)) == 0 and s < m:
@@ -543,9 +571,9 @@ def _wavefront(
                 diag = up_prev
             up_prev = up
             if ahead:
-                yv = y_next  # (y_j, y_{j+1}: any finite value where clamped)
+                yv = y_next  # (y_{j+A-1}, y_{j+A}: any finite value where clamped)
                 y_next = y_after
-                y_after = y[b, min(max(j + 2, 0), m - 1), d]
+                y_after = y[b, min(max(j + A + 1, 0), m - 1), d]
             else:
                 yp = yv  # y_{j-1}: any finite value at j = 0 (its edge's tail is +inf)
                 yv = y_next
@@ -553,14 +581,16 @@ def _wavefront(
                     y_next = y[b, j + 1, d]
             if 0 <= j and j < m and i0 < n:
                 if ahead:
-                    args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, y_next, c, gamma, ig,
-                            Cd, Cu, Cl)  # fmt: skip
+                    down(0, (R, task, i0, j, n, lo, hi, Rs, gamma, ig, C), (diag, up))
                 else:
                     args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
-                down(0, args, (diag, up, x_above))
+                    down(0, args, (diag, up, x_above))
                 bot = Rs[rows - 1]
                 if split:
                     st_if(bnd, row_out + j, as_bits(bot), feeds)
+                if ahead:  # (the next step's hand-over now, then column j + A's costs)
+                    hand[(s + 1) & 1, th] = bot
+                    costs(0, (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1), x_above)
         for k in range(rows):  # (the last column's R[n - 1, m - 1]: the task's value)
             if i0 + k == n - 1:
                 values[task] = Rs[k]
@@ -596,7 +626,7 @@ def _wavefront(
         gxs = cuda.shared.array((rows, T), float64)
         grp_g = cuda.shared.array(WARP, float64)  # from the band below, a group of columns
         grp_y = cuda.shared.array(WARP, float64)
-        sh = 1 if ahead else 0  # (ahead: Rs, Rn hold columns j - 1, j - 2)
+        sh = depth  # (Rs, Rn hold columns j - depth, j - depth - 1)
         for k in range(rows):
             i = i0 + k
             Rs[k] = R[task, i, m - 1 - sh] if (i < n and m >= 1 + sh) else INF
@@ -608,11 +638,14 @@ def _wavefront(
         x_above = x[b, i0 - 1, d] if above else 0.0
         R_above = R[task, i0 - 1, m - 1 - sh] if (above and m >= 1 + sh) else INF
         R_above_next = R[task, i0 - 1, m - 2 - sh] if (above and m >= 2 + sh) else INF
-        W = cuda.local.array((10, rows), float64)  # (ahead: the weights of the next column)
-        if ahead:
-            ylast, yprev = y[b, m - 1, d], y[b, max(m - 2, 0), d]
-            wargs = (R, task, i0, n, m, lo, hi, xs, th, W, ylast, yprev, c, gamma, ig)
-            first_weights(0, wargs, x_above)
+        W = cuda.local.array((A, 10, rows), float64)  # (ahead: the next columns' weights)
+        O = cuda.local.array((3, rows), float64)  # (ahead: the step's x gradients' terms)
+        if ahead:  # (columns m - 1 .. m - A)
+            yl = (y[b, m - 1, d], y[b, max(m - 2, 0), d], y[b, max(m - 3, 0), d])
+            for q in range(A):
+                wargs = (R, task, i0, m - 1 - q, n, lo, hi, xs, th, W, q, yl[q], yl[q + 1], c,
+                         gamma, ig)  # fmt: skip
+                first_weights(0, wargs, x_above)
         gx_above = 0.0  # what the top row's up edges owe x_{i0-1}
         # split: what the band below pushes into this band's last row and gy's partial sums
         # arrive through bnd_g / bnd_y, columns right to left; this band's go to the band above
@@ -625,9 +658,9 @@ def _wavefront(
         pref_g = poll(bnd_g, row_in + lane_col) if fed else 0
         pref_y = poll(bnd_y, row_in + lane_col) if fed else 0
         j0 = (m - 1) + last - th  # the column at step 0
-        if ahead:  # (y_{j-1}, y_{j-2} at step s, clamped)
-            ya = y[b, min(max(j0 - 1, 0), m - 1), d]
-            yb = y[b, min(max(j0 - 2, 0), m - 1), d]
+        if ahead:  # (y_{j-A}, y_{j-A-1} at step s, clamped)
+            ya = y[b, min(max(j0 - A, 0), m - 1), d]
+            yb = y[b, min(max(j0 - A - 1, 0), m - 1), d]
         else:
             ya = y[b, j0, d] if 0 <= j0 and j0 < m else 0.0
             yb = y[b, j0 - 1, d] if 0 <= j0 - 1 and j0 - 1 < m else 0.0
@@ -636,8 +669,9 @@ def _wavefront(
         gy_send = 0.0  # gy at this step's column: this thread's part and the ones' below
         gy_carry = 0.0  # what the step before owed y_{j-1}: this step's y_j
         for s in range(m + last):
-            hand[s & 1, th] = send
-            hand_y[s & 1, th] = gy_send
+            if not ahead:  # (ahead: written by active steps, as soon as known)
+                hand[s & 1, th] = send
+                hand_y[s & 1, th] = gy_send
             cuda.syncthreads()
             if fed and (s & (WARP - 1)) == 0 and s < m:
                 pref_g = _take_group(bnd_g, row_in, s, m, pref_g, grp_g)
@@ -653,31 +687,38 @@ def _wavefront(
             yj, yp = ya, yb
             ya = yb
             if ahead:
-                yb = y[b, min(max(j - 3, 0), m - 1), d]
+                yb = y[b, min(max(j - A - 2, 0), m - 1), d]
             else:
                 yb = y[b, j - 2, d] if 0 <= j - 2 and j - 2 < m else 0.0
             send = 0.0
             gy_send = 0.0
             if 0 <= j and j < m and mine:
+                inputs = (R_above, R_above_next, x_above, yj, yp, c, gamma, ig)
                 if ahead:
-                    strip = (R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th, W)
+                    carry = (G_below, 0.0, gy_below + gy_carry, 0.0)
+                    o_up, o_match, gyj, gyp = up_strip(0, (i0, j, n, m, Gs, W, O), carry)
                 else:
                     strip = (R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th)
-                inputs = (R_above, R_above_next, x_above, yj, yp, c, gamma, ig)
-                carry = (G_below, 0.0, gx_above, gy_below + gy_carry, 0.0)
-                o_up, o_match, gx_above, gyj, gyp = up_strip(0, (*strip, *inputs), carry)
-                R_above = R_above_next
-                jn = j - 2 - sh  # (the column after Rn's)
-                R_above_next = R[task, i0 - 1, jn] if (above and jn >= 0) else INF
+                    carry = (G_below, 0.0, gx_above, gy_below + gy_carry, 0.0)
+                    o_up, o_match, gx_above, gyj, gyp = up_strip(0, (*strip, *inputs), carry)
                 send = o_up + match_top
                 match_top = o_match
                 gy_send = gyj
                 gy_carry = gyp
+                if ahead:  # (the next step's hand-over now)
+                    hand[(s + 1) & 1, th] = send
+                    hand_y[(s + 1) & 1, th] = gyj
                 if th == 0 and band == 0:
                     gy[b, j, d] = gyj
                 if split:  # (columns right to left: index m - 1 - j)
                     st_if(bnd_g, row_out + (m - 1 - j), as_bits(send), feeds)
                     st_if(bnd_y, row_out + (m - 1 - j), as_bits(gyj), feeds)
+                if ahead:  # (then column j - A's weights)
+                    strip = (R, task, i0, j, n, lo, hi, Rs, Rn, xs, gxs, th, W, O)
+                    gx_above = up_next(0, (*strip, *inputs), gx_above)
+                R_above = R_above_next
+                jn = j - 2 - sh  # (the column after Rn's)
+                R_above_next = R[task, i0 - 1, jn] if (above and jn >= 0) else INF
         p = (m + last) & 1
         hand[p, th] = gx_above
         cuda.syncthreads()
@@ -713,6 +754,15 @@ def _bands(N: int, tasks: int, sms: int) -> int:
     if sms == 0 or 2 * tasks > sms or N <= BAND_ROWS or N > MAX_N:
         return 1  # (past MAX_N: the diagonal kernels)
     return min(-(-N // BAND_ROWS), sms // tasks)
+
+
+def _depth(rows: int, warps: int, fast: bool) -> int:
+    """How many steps ahead the wavefront kernels compute a column's costs and weights
+    (:func:`_wavefront`): as many as the registers hold without a spill (ptxas, sm_90, float64
+    backward: 2 columns of 2 rows a thread 230 registers, of 4 rows 255 and a spill; 1 column
+    of 4 rows 232, of 8 rows a spill; 2 columns of a row, 16 warps: 124 of the 128 that 512
+    threads leave), so that a step's chain waits for no cost computed in the step before."""
+    return 2 if rows <= 2 else 1 if rows <= 4 else 0
 
 
 def _shape(N: int, tasks: int, sms: int, warps: int | None = None) -> tuple[int, int] | None:
@@ -906,7 +956,7 @@ def msm_cuda(
     *,
     warps: int | None = None,
     bands: int | None = None,
-    ahead: bool | None = None,
+    ahead: int | None = None,
 ) -> tuple:
     """Values (B,) and, with ``need``, the gradients wrt x (B, N, D) and y (B, M, D) of
     Soft-MSM, float64; ``tables``: int64 NumPy arrays ``(n, m, lo, hi)`` (B,) of each pair's
@@ -918,8 +968,8 @@ def msm_cuda(
     of ``warps`` warps each (None: :func:`_shape`'s rule for the band's rows, 1 to 16; an
     override up to 16, with rows times warps at most 64), with float32 transcendentals for
     float32 inputs (:func:`_row_functions`) and float64 ones otherwise, each column's costs
-    and weights a step before its cells where ``ahead`` (None: the override's, else up to
-    ``AHEAD_ROWS`` rows a thread); beyond, the diagonal kernels (float64)."""
+    and weights ``ahead`` steps before its cells (None: the override's, else :func:`_depth`'s
+    rule; 0 to the rule's); beyond, the diagonal kernels (float64)."""
     fast = x.dtype == torch.float32
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
@@ -952,12 +1002,13 @@ def msm_cuda(
 
     if shape is not None:
         ahead = current_overrides().msm_ahead if ahead is None else ahead
-        if ahead is None:
-            ahead = shape[0] <= AHEAD_ROWS
-        elif ahead and shape[0] > AHEAD_ROWS:
-            raise ValueError(f"sdtw: ahead takes at most {AHEAD_ROWS} rows a thread (registers), "
-                             f"got {shape[0]} for N = {N}")  # fmt: skip
-        forward, backward = _wavefront(*shape, fast, nb > 1, ahead)
+        depth = _depth(*shape, fast)
+        if ahead is not None:
+            if not 0 <= ahead <= depth:
+                raise ValueError(f"sdtw: ahead must be 0 to {depth} (registers) for {shape[0]} "
+                                 f"rows x {shape[1]} warps, got {ahead}")  # fmt: skip
+            depth = ahead
+        forward, backward = _wavefront(*shape, fast, nb > 1, depth)
         threads = WARP * shape[1]
         R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
         values = torch.empty(B * D, dtype=torch.float64, device=dev)
