@@ -51,6 +51,15 @@ would save a few tens of cycles of a step of thousands).
 
 A task takes ``M + ceil(N / ROWS) - 1`` steps in each direction.
 
+Steps ahead (:func:`_depth`; up to 2 rows a thread two columns, 4 rows one, where the
+registers hold them): a column's costs (forward: each row's three candidates' costs) and
+edge weights with the costs' partial derivatives (backward) are computed that many steps
+before its cells, after the step has written what it hands over; the step's chain is then
+the softmin of three sums (forward) or ``G``'s products and sums (backward) alone, and a
+warp, which issues in order, fills that chain's latencies with a later column's
+transcendentals instead of waiting for them.  The same operations on the same values: the
+same bits at every depth.
+
 Bands (:func:`_bands`: where the tasks leave SMs idle, e.g. B = 32 on an H100's 132): a task's
 rows split into bands of ``32 W ROWS`` rows, a block each, so that a task's steps run on
 several SMs with fewer cells each.  What crosses a band's edge goes through global memory as
