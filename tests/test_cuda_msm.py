@@ -344,8 +344,11 @@ def test_gpu_bands_are_the_one_block_bits(rng, dtype):
         banded = msm_cuda(x, y, C, GAMMA, tables, True)
         whole = msm_cuda(x, y, C, GAMMA, tables, True, warps=warps, bands=1)
         if N <= 512:  # (the costs and weights in the step instead of steps before)
+            # (not the same bits: in the step the compiler fuses diag + (x - y)^2 into an fma,
+            # which it cannot where the square was computed steps before)
             inline = msm_cuda(x, y, C, GAMMA, tables, True, ahead=0)
-            assert all(torch.equal(a, b) for a, b in zip(banded, inline, strict=True))
+            for a, b in zip(banded, inline, strict=True):
+                assert torch.linalg.norm(a - b) <= 1e-13 * torch.linalg.norm(b)
         for a, b in zip(banded, whole, strict=True):
             if N <= 512:  # (a row a thread in both)
                 assert torch.equal(a, b)

@@ -58,7 +58,8 @@ before its cells, after the step has written what it hands over; the step's chai
 the softmin of three sums (forward) or ``G``'s products and sums (backward) alone, and a
 warp, which issues in order, fills that chain's latencies with a later column's
 transcendentals instead of waiting for them.  The same operations on the same values: the
-same bits at every depth.
+same bits at every depth in the simulator; on a GPU the compiler fuses a multiply-add in the
+step that it cannot fuse across steps (a rounding's difference: within 1e-13 relative).
 
 Bands (:func:`_bands`: where the tasks leave SMs idle, e.g. B = 32 on an H100's 132): a task's
 rows split into bands of ``32 W ROWS`` rows, a block each, so that a task's steps run on
