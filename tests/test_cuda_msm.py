@@ -170,19 +170,15 @@ def test_bands_forced_through_the_overrides(rng):
         (2, 1, 5, 1, None, None, 1, 1, "float64"),  # one row
         (2, 6, 2, 1, None, None, 2, 1, "float32"),  # two columns, 2 warps
         (2, 6, 1, 1, None, None, 1, 1, "float64"),  # one column
-        (1, 200, 7, 1, None, None, 2, 1, "float64"),  # 4 rows x 2 warps: no helpers
     ],
 )
 def test_costs_steps_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths, warps,
                                              bands, dtype):  # fmt: skip
     """Each column's costs (forward) and edge weights (backward) computed one or two steps
-    before its cells, by the thread itself (registers) or by a helper thread (shared memory):
-    the same operations on the same values as in the step, so the same bits at every depth
-    the registers allow (:func:`_depth`) and with helpers where a block has their shared
-    memory (:func:`_helped`); forced through the overrides as through the arguments; a depth
-    past the rule's, helpers past their rows and helpers at another depth refused."""
+    before its cells: the same operations on the same values as in the step, so the same
+    bits at every depth the registers allow (:func:`_depth`); forced through the override as
+    through the argument; a depth past the rule's refused."""
     from sdtw.cuda.config import overrides
-    from sdtw.cuda.msm import HELPED_DEPTH, _helped
 
     dt = getattr(torch, dtype)
     x = torch.as_tensor(rng.standard_normal((B, N, D))).to(dt)
@@ -194,19 +190,11 @@ def test_costs_steps_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths
     assert deepest == (2 if rows <= 2 else 1)
     inline = msm_cuda(x, y, C, GAMMA, tables, True, ahead=0, **kw)
     for depth in range(1, deepest + 1):
-        with overrides(msm_ahead=depth, msm_helpers=False):
+        with overrides(msm_ahead=depth):
             got = msm_cuda(x, y, C, GAMMA, tables, True, **kw)
         assert all(torch.equal(a, b) for a, b in zip(got, inline, strict=True)), depth
     with pytest.raises(ValueError, match="ahead must be 0 to"):
-        msm_cuda(x, y, C, GAMMA, tables, False, ahead=deepest + 1, helpers=False, **kw)
-    if _helped(rows, w):
-        helped = msm_cuda(x, y, C, GAMMA, tables, True, helpers=True, **kw)
-        assert all(torch.equal(a, b) for a, b in zip(helped, inline, strict=True))
-        with pytest.raises(ValueError, match="ahead must be"):
-            msm_cuda(x, y, C, GAMMA, tables, False, ahead=HELPED_DEPTH - 1, helpers=True, **kw)
-    else:
-        with pytest.raises(ValueError, match="helpers take at most"):
-            msm_cuda(x, y, C, GAMMA, tables, False, helpers=True, **kw)
+        msm_cuda(x, y, C, GAMMA, tables, False, ahead=deepest + 1, **kw)
 
 
 def test_the_rule_for_bands():

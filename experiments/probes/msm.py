@@ -5,12 +5,10 @@ wall time of a forward-only call and of a forward + backward step (``soft_msm(x,
 .backward()``, synchronised; median of ``--repeats`` per round, ``--rounds`` rounds
 alternating the variants) and torch.profiler's GPU time per kernel in a step, for Soft-MSM
 by the rules (a task's rows as bands on blocks of their own where the tasks leave SMs idle,
-each column's costs and weights computed steps before its cells, by helper threads where a
-block has room for them), Soft-MSM without helpers (``sdtw.cuda.config.overrides(
-msm_helpers=False)``: each thread computes them itself), with them in the step
-(``msm_ahead=0``), as one block a task (``overrides(msm_bands=1)``) and ``sdtw.softdtw``.
-The difference between a step's wall time and its kernels' GPU time is host work that the
-GPU waited for.
+each column's costs and weights computed steps before its cells), Soft-MSM with them one
+step before (``sdtw.cuda.config.overrides(msm_ahead=1)``) and in the step (``msm_ahead=0``),
+as one block a task (``overrides(msm_bands=1)``) and ``sdtw.softdtw``.  The difference
+between a step's wall time and its kernels' GPU time is host work that the GPU waited for.
 
 Usage::
 
@@ -63,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dtype = torch.float64 if args.float64 else torch.float32
     variants = {"Soft-MSM, the rules": ("msm", {}),
-                "Soft-MSM, no helpers": ("msm", {"msm_helpers": False}),
+                "Soft-MSM, a step ahead": ("msm", {"msm_ahead": 1}),
                 "Soft-MSM, costs in the step": ("msm", {"msm_ahead": 0}),
                 "Soft-MSM, one block a task": ("msm", {"msm_bands": 1}),
                 "soft-DTW": ("dtw", {})}  # fmt: skip

@@ -112,8 +112,6 @@ class Overrides:
     msm_bands : Soft-MSM's bands per task (``sdtw.cuda.msm._bands``; 1: one block a task).
     msm_ahead : how many steps before its cells Soft-MSM's wavefront kernels compute a
         column's costs and weights (``sdtw.cuda.msm._depth``; 0: in the step).
-    msm_helpers : helper threads compute Soft-MSM's costs and weights for the wavefront
-        kernels' threads (``sdtw.cuda.msm._helped``).
     """
 
     mover: bool | None = None
@@ -125,7 +123,6 @@ class Overrides:
     tc_one_launch: bool | None = None
     msm_bands: int | None = None
     msm_ahead: int | None = None
-    msm_helpers: bool | None = None
 
     @property
     def forced(self) -> bool:

@@ -290,29 +290,28 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
     @device
     def _costs_row(k, args, xp):
         """Row ``i0 + k``'s candidates' costs (match, up, left) at a column (``yv = y_j``,
-        ``yp = y_{j-1}``) into ``C[q, :, k, col]``, ``C[1 .. moves]`` moved one place down
+        ``yp = y_{j-1}``) into ``C[q, :, k]``, the ``C[1 .. moves]`` moved one place down
         first; returns the row's sample (the next row's ``x_{i-1}``)."""
-        xs, p, yv, yp, c, gamma, ig, C, q, col, moves = args
+        xs, th, yv, yp, c, gamma, ig, C, q, moves = args
         for t in range(moves):
             for u in range(3):
-                C[t, u, k, col] = C[t + 1, u, k, col]
-        xi = xs[k, p]
+                C[t, u, k] = C[t + 1, u, k]
+        xi = xs[k, th]
         dm = xi - yv
-        C[q, 0, k, col] = dm * dm
-        C[q, 1, k, col] = transition(xi, xp, yv, c, gamma, ig)[0]
-        C[q, 2, k, col] = transition(yv, yp, xi, c, gamma, ig)[0]
+        C[q, 0, k] = dm * dm
+        C[q, 1, k] = transition(xi, xp, yv, c, gamma, ig)[0]
+        C[q, 2, k] = transition(yv, yp, xi, c, gamma, ig)[0]
         return xi
 
     @device
     def _forward_cell(k, args, carry):
         """:func:`_forward_row` with the costs of column ``j`` computed steps before (in
-        ``C[q, :, :, col]``): the step's chain of ``R`` only."""
-        R, task, i0, j, n, lo, hi, Rs, gamma, ig, C, q, col = args
+        ``C[0]``): the step's chain of ``R`` only."""
+        R, task, i0, j, n, lo, hi, Rs, gamma, ig, C = args
         diag, up = carry
         i = i0 + k
         left = Rs[k]
-        v = softmin3(diag + C[q, 0, k, col], up + C[q, 1, k, col], left + C[q, 2, k, col], gamma,
-                     ig)  # fmt: skip
+        v = softmin3(diag + C[0, 0, k], up + C[0, 1, k], left + C[0, 2, k], gamma, ig)
         if not (i < n and -lo <= j - i and j - i <= hi):
             v = INF
         if i < n:
@@ -365,9 +364,8 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
         return o_up, o_match, gx_above, gyj, gyp
 
     @device
-    def _weights(W, q, col, k, i, j, n, lo, hi, r, r_up, left, diag, xi, xp, yj, yp, c, gamma,
-                 ig):  # fmt: skip
-        """``W[q, :, k, col]``: cell ``(i, j)``'s edge weights ``exp((R - R_tail - cost) / gamma)``
+    def _weights(W, q, k, i, j, n, lo, hi, r, r_up, left, diag, xi, xp, yj, yp, c, gamma, ig):
+        """``W[q, :, k]``: cell ``(i, j)``'s edge weights ``exp((R - R_tail - cost) / gamma)``
         (match, up, left; 0 outside the table or band), ``x_i - y_j`` and its costs' partial
         derivatives (up's ``dv, dp, do``, left's), from ``R`` of the cell, the one above, the
         left and the diagonal."""
@@ -378,51 +376,51 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
         dm = xi - yj
         cost_u, d_v, d_p, d_o = transition(xi, xp, yj, c, gamma, ig)
         cost_l, e_v, e_p, e_o = transition(yj, yp, xi, c, gamma, ig)
-        W[q, 0, k, col] = expo((r - diag - dm * dm) * ig)
-        W[q, 1, k, col] = expo((r - r_up - cost_u) * ig)
-        W[q, 2, k, col] = expo((r - left - cost_l) * ig)
-        W[q, 3, k, col] = dm
-        W[q, 4, k, col] = d_v
-        W[q, 5, k, col] = d_p
-        W[q, 6, k, col] = d_o
-        W[q, 7, k, col] = e_v
-        W[q, 8, k, col] = e_p
-        W[q, 9, k, col] = e_o
+        W[q, 0, k] = expo((r - diag - dm * dm) * ig)
+        W[q, 1, k] = expo((r - r_up - cost_u) * ig)
+        W[q, 2, k] = expo((r - left - cost_l) * ig)
+        W[q, 3, k] = dm
+        W[q, 4, k] = d_v
+        W[q, 5, k] = d_p
+        W[q, 6, k] = d_o
+        W[q, 7, k] = e_v
+        W[q, 8, k] = e_p
+        W[q, 9, k] = e_o
 
     @device
     def _first_weights_row(k, args, xp):
         """Row ``i0 + k``'s :func:`_weights` at column ``j`` (``m - 1 - j`` columns before the
         last) into ``W``, ``R`` read here; returns the row's sample (the next row's
         ``x_{i-1}``)."""
-        R, task, i0, j, n, lo, hi, xs, p, W, q, col, yj, yp, c, gamma, ig = args
+        R, task, i0, j, n, lo, hi, xs, th, W, q, yj, yp, c, gamma, ig = args
         i = i0 + k
-        xi = xs[k, p]
+        xi = xs[k, th]
         if 0 <= j:  # (else: a column that never comes)
             r = R[task, i, j] if i < n else INF
             r_up = R[task, i - 1, j] if (0 < i and i <= n) else INF
             left = R[task, i, j - 1] if (i < n and j >= 1) else INF
             diag = R[task, i - 1, j - 1] if (0 < i and i <= n and j >= 1) else INF
-            _weights(W, q, col, k, i, j, n, lo, hi, r, r_up, left, diag, xi, xp, yj, yp, c, gamma,
-                     ig)  # fmt: skip
+            _weights(W, q, k, i, j, n, lo, hi, r, r_up, left, diag, xi, xp, yj, yp, c, gamma, ig)
         return xi
 
     @device
     def _backward_chain(k, args, carry):
         """:func:`_backward_row` with the cell's weights and partials computed steps before
-        (``W[q, :, :, col]``): ``G``'s sums and products, the occupancies into ``O`` (the
-        ``x`` gradients' terms wait for :func:`_gx_terms`, after the step's hand-over)."""
-        i0, j, n, m, Gs, W, q, col, O = args
+        (``W``, the step's column's ``W[0]``): ``G``'s sums and products, the occupancies
+        into ``O`` (the ``x`` gradients' terms wait for :func:`_backward_next`, after the
+        step's hand-over)."""
+        i0, j, n, m, Gs, W, O = args
         up_in, match_in, gyj, gyp = carry
         i = i0 + k
         g = Gs[k] + up_in
         if i == n - 1 and j == m - 1:
             g += 1.0
-        o_match = g * W[q, 0, k, col]
-        o_up = g * W[q, 1, k, col]
-        o_left = g * W[q, 2, k, col]
-        g_match = o_match * 2.0 * W[q, 3, k, col]
-        gyj += o_up * W[q, 6, k, col] + o_left * W[q, 7, k, col] - g_match
-        gyp += o_left * W[q, 8, k, col]
+        o_match = g * W[0, 0, k]
+        o_up = g * W[0, 1, k]
+        o_left = g * W[0, 2, k]
+        g_match = o_match * 2.0 * W[0, 3, k]
+        gyj += o_up * W[0, 6, k] + o_left * W[0, 7, k] - g_match
+        gyp += o_left * W[0, 8, k]
         Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
         O[0, k] = g_match
         O[1, k] = o_up
@@ -430,44 +428,38 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
         return o_up, o_match, gyj, gyp
 
     @device
-    def _gx_terms(k, args, gx_above):
+    def _backward_next(k, args, gx_above):
         """Row ``i0 + k``'s ``x`` gradients' terms of the step (:func:`_backward_chain`'s
-        ``O`` and the cell's partials in ``W[q, :, :, col]``, in :func:`_backward_row`'s
-        order); returns what the strip's up edges owe ``x_{i0-1}``."""
-        gxs, p, W, q, col, O = args
-        o_up = O[1, k]
-        gxs[k, p] += O[0, k] + o_up * W[q, 4, k, col] + O[2, k] * W[q, 9, k, col]
-        if k > 0:
-            gxs[k - 1, p] += o_up * W[q, 5, k, col]
-        else:
-            gx_above += o_up * W[q, 5, k, col]
-        return gx_above
-
-    @device
-    def _next_weights(k, args, carry):
-        """Row ``i0 + k``'s :func:`_weights` at column ``jw`` (``ya = y_jw``,
-        ``yb = y_{jw-1}``) into ``W[qw, :, :, col]``, ``W[1 .. moves]`` moved one place down
-        first, from ``Rs``, ``Rn``: the strip's ``R`` of columns ``jw`` and ``jw - 1``
-        (``A1``, ``A2``: the row above's); loads column ``jw - 2`` for the step after."""
-        R, task, i0, jw, n, lo, hi, Rs, Rn, xs, p, W, qw, col, moves = args[:15]
-        A1, A2, x_above, ya, yb, c, gamma, ig = args[15:]
+        ``O``, in :func:`_backward_row`'s order); the later columns' weights moved one place
+        down, then its :func:`_weights` at column ``jw = j - depth`` (``ya = y_jw``,
+        ``yb = y_{jw-1}``) from ``Rs``, ``Rn``: the strip's ``R`` of columns ``jw`` and
+        ``jw - 1`` (``A1``, ``A2``: the row above's); loads column ``jw - 2`` for the step
+        after.  Returns what the strip's up edges owe ``x_{i0-1}``."""
+        R, task, i0, j, n, lo, hi, Rs, Rn, xs, gxs, th, W, O = args[:14]
+        A1, A2, x_above, ya, yb, c, gamma, ig = args[14:]
         i = i0 + k
-        for t in range(moves):
+        o_up = O[1, k]
+        gxs[k, th] += O[0, k] + o_up * W[0, 4, k] + O[2, k] * W[0, 9, k]
+        if k > 0:
+            gxs[k - 1, th] += o_up * W[0, 5, k]
+        else:
+            gx_above += o_up * W[0, 5, k]
+        for t in range(depth - 1):
             for u in range(10):
-                W[t, u, k, col] = W[t + 1, u, k, col]
-        xi = xs[k, p]
-        xp = xs[k - 1, p] if k > 0 else x_above
+                W[t, u, k] = W[t + 1, u, k]
+        xi = xs[k, th]
+        xp = xs[k - 1, th] if k > 0 else x_above
         r_up = Rs[k - 1] if k > 0 else A1
         diag = Rn[k - 1] if k > 0 else A2
-        if jw >= 0:  # (else: a column that never comes)
-            _weights(W, qw, col, k, i, jw, n, lo, hi, Rs[k], r_up, Rn[k], diag, xi, xp, ya, yb,
-                     c, gamma, ig)  # fmt: skip
+        jw = j - depth
+        _weights(W, depth - 1, k, i, jw, n, lo, hi, Rs[k], r_up, Rn[k], diag, xi, xp, ya, yb,
+                 c, gamma, ig)  # fmt: skip
         Rs[k] = Rn[k]  # (row k + 1 is done with Rs[k] and Rn[k])
         Rn[k] = R[task, i, jw - 2] if (i < n and jw >= 2) else INF
-        return carry
+        return gx_above
 
     return (_forward_row, _backward_row, _forward_cell, _costs_row, _backward_chain,
-            _gx_terms, _next_weights, _first_weights_row)  # fmt: skip
+            _backward_next, _first_weights_row)  # fmt: skip
 
 
 @device
@@ -500,46 +492,32 @@ def _wait_value(bnd, idx):
 
 @functools.cache
 def _wavefront(
-    rows: int,
-    warps: int,
-    fast: bool = False,
-    split: bool = False,
-    depth: int = 0,
-    helpers: bool = False,
+    rows: int, warps: int, fast: bool = False, split: bool = False, depth: int = 0
 ) -> tuple:
     """The (forward, backward) kernels for ``rows`` rows per thread, ``warps`` warps per
     block, float32 transcendentals if ``fast`` (:func:`_row_functions`); with ``split``, a
     task's rows in bands of ``32 warps rows`` rows, a block each (:func:`_bands`); a column's
     costs (forward) and edge weights (backward) computed ``depth`` steps before its cells (0:
-    in the step), by the thread itself or, with ``helpers`` (``depth`` 2), by a helper
-    thread of its own in a second set of ``warps`` warps, through shared memory."""
+    in the step)."""
     T = WARP * warps
     BR = T * rows  # (a band's rows)
     ahead = depth > 0
     A = max(depth, 1)  # (the local arrays' columns)
-    assert not helpers or depth == HELPED_DEPTH, (helpers, depth)
-    # (helpers: the costs of 3 columns in shared memory, slot j % 3; else registers)
-    KS, RS, TS = (HELPED_DEPTH + 1, rows, T) if helpers else (1, 1, 1)
-    fns = _row_functions(fast, A)
-    forward_row, backward_row, forward_cell, costs_row, backward_chain = fns[:5]
-    gx_terms, next_weights, first_w = fns[5:]
+    forward_row, backward_row, forward_cell, costs_row, backward_chain, backward_next, first_w = (
+        _row_functions(fast, A)
+    )
     # (ahead: a step's chain first, then its hand-over, then the next column's costs or
     # weights, in that order in the code: a warp issues in order)
     down = _unrolled(forward_cell if ahead else forward_row, rows, False)
     costs = _unrolled(costs_row, rows, False)
     up_strip = _unrolled(backward_chain if ahead else backward_row, rows, True)
-    gx_strip = _unrolled(gx_terms, rows, True)
-    up_next = _unrolled(next_weights, rows, True)
+    up_next = _unrolled(backward_next, rows, True)
     first_weights = _unrolled(first_w, rows, False)
     scale = LOG2E if fast else 1.0
 
     @kernel
     def forward(x, y, c, gamma, ns, ms, los, his, R, values, bnd, bands):
         th = cuda.threadIdx.x
-        helper = helpers and th >= T
-        p = th - T if helper else th  # (the strip's thread)
-        chain = not helper  # (computes R)
-        work = helper or not helpers  # (computes the costs)
         if split:  # (bands in ticket order: a band only waits for the one above, started first)
             tk = cuda.shared.array(1, int64)
             t = take_ticket(bnd, tk)
@@ -555,7 +533,7 @@ def _wavefront(
         if top >= n:
             return  # (the whole block: a band past this pair's rows)
         ig = scale / gamma
-        i0 = top + p * rows
+        i0 = top + th * rows
         used = min((n - top + rows - 1) // rows, T)  # threads with rows
         hand = cuda.shared.array((2, T), float64)  # each thread's bottom row, by step parity
         Rs = cuda.local.array(rows, float64)  # the strip's column j - 1, then j
@@ -563,41 +541,35 @@ def _wavefront(
         grp = cuda.shared.array(WARP, float64)  # the row above the band, a group of columns
         for k in range(rows):
             Rs[k] = INF
-            if work:
-                xs[k, p] = x[b, min(i0 + k, n - 1), d]
+            xs[k, th] = x[b, min(i0 + k, n - 1), d]
         x_above = x[b, max(min(i0, n) - 1, 0), d]
         # split: the band above's last row arrives through bnd, and this band's goes below
-        fed = chain and split and band > 0 and p < WARP  # (warp 0, for thread 0)
-        feeds = chain and split and p == T - 1 and top + BR < n
+        fed = split and band > 0 and th < WARP  # (warp 0, for thread 0)
+        feeds = split and th == T - 1 and top + BR < n
         row_in = (task * bands + band) * Mx
         row_out = row_in + Mx
-        pref = poll(bnd, row_in + min(p % WARP, m - 1)) if fed else 0
+        pref = poll(bnd, row_in + min(th % WARP, m - 1)) if fed else 0
         bot = INF  # this thread's bottom row at the last column it computed
         up_prev = INF
         yv = 0.0
-        y_next = y[b, 0, d] if p == 0 else 0.0
-        # (ahead: the next columns' costs, in registers or from the helper)
-        C = cuda.shared.array((KS, 3, RS, TS), float64) if helpers else (
-            cuda.local.array((A, 3, rows, 1), float64))  # fmt: skip
-        col = p if helpers else 0
-        if ahead and work:  # (columns 0 .. A - 1)
-            y0 = y[b, 0, d]
-            costs(0, (xs, p, y0, y0, c, gamma, ig, C, 0, col, 0), x_above)
+        y_next = y[b, 0, d] if th == 0 else 0.0
+        C = cuda.local.array((A, 3, rows), float64)  # (ahead: the next columns' costs)
+        if ahead:  # (columns 0 .. A - 1's costs; y_{j+A-1}, y_{j+A} of step 0's j = -th)
+            costs(0, (xs, th, y[b, 0, d], y[b, 0, d], c, gamma, ig, C, 0, 0), x_above)
             if A > 1:
-                costs(0, (xs, p, y[b, min(1, m - 1), d], y0, c, gamma, ig, C, 1, col, 0), x_above)
-        if ahead:  # (y_{j+A-1}, y_{j+A} of step 0's j = -p)
-            y_next = y[b, min(max(A - 1 - p, 0), m - 1), d]
-            y_after = y[b, min(max(A - p, 0), m - 1), d]
-        if chain:
-            hand[0, p] = hand[1, p] = INF  # (ahead: written by active steps only)
+                y1 = y[b, min(1, m - 1), d]
+                costs(0, (xs, th, y1, y[b, 0, d], c, gamma, ig, C, 1, 0), x_above)
+            y_next = y[b, min(max(A - 1 - th, 0), m - 1), d]
+            y_after = y[b, min(max(A - th, 0), m - 1), d]
+        hand[0, th] = hand[1, th] = INF  # (ahead: written by active steps only)
         for s in range(m + used - 1):
             if not ahead:
                 hand[s & 1, th] = bot
             cuda.syncthreads()
-            j = s - p
+            j = s - th
             if fed and (s & (WARP - 1)) == 0 and s < m:
                 pref = _take_group(bnd, row_in, s, m, pref, grp)
-            if p == 0:
+            if th == 0:
                 if split and band > 0:
                     up = grp[s & (WARP - 1)] if s < m else INF
                     diag = up_prev
@@ -605,7 +577,7 @@ def _wavefront(
                     up = INF
                     diag = 0.0 if j == 0 else INF  # (R[0, 0] = (x_0 - y_0)^2 exactly)
             else:
-                up = hand[s & 1, p - 1]
+                up = hand[s & 1, th - 1]
                 diag = up_prev
             up_prev = up
             if ahead:
@@ -618,37 +590,24 @@ def _wavefront(
                 if 0 <= j + 1 and j + 1 < m:
                     y_next = y[b, j + 1, d]
             if 0 <= j and j < m and i0 < n:
-                if chain:
-                    if ahead:
-                        q = j % KS if helpers else 0
-                        args = (R, task, i0, j, n, lo, hi, Rs, gamma, ig, C, q, col)
-                        down(0, args, (diag, up))
-                    else:
-                        args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
-                        down(0, args, (diag, up, x_above))
-                    bot = Rs[rows - 1]
-                    if split:
-                        st_if(bnd, row_out + j, as_bits(bot), feeds)
-                    if ahead:  # (the next step's hand-over now, then column j + A's costs)
-                        hand[(s + 1) & 1, p] = bot
-                if ahead and work:
-                    if helpers:
-                        args = (xs, p, y_next, yv, c, gamma, ig, C, (j + A) % KS, col, 0)
-                    else:
-                        args = (xs, p, y_next, yv, c, gamma, ig, C, A - 1, col, A - 1)
-                    costs(0, args, x_above)
-        if chain:
-            for k in range(rows):  # (the last column's R[n - 1, m - 1]: the task's value)
-                if i0 + k == n - 1:
-                    values[task] = Rs[k]
+                if ahead:
+                    down(0, (R, task, i0, j, n, lo, hi, Rs, gamma, ig, C), (diag, up))
+                else:
+                    args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
+                    down(0, args, (diag, up, x_above))
+                bot = Rs[rows - 1]
+                if split:
+                    st_if(bnd, row_out + j, as_bits(bot), feeds)
+                if ahead:  # (the next step's hand-over now, then column j + A's costs)
+                    hand[(s + 1) & 1, th] = bot
+                    costs(0, (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1), x_above)
+        for k in range(rows):  # (the last column's R[n - 1, m - 1]: the task's value)
+            if i0 + k == n - 1:
+                values[task] = Rs[k]
 
     @kernel
     def backward(x, y, c, gamma, ns, ms, los, his, R, gx, gy, bnd_g, bnd_y, bnd_x, bands):
         th = cuda.threadIdx.x
-        helper = helpers and th >= T
-        p = th - T if helper else th  # (the strip's thread)
-        chain = not helper  # (computes G and the gradients)
-        work = helper or not helpers  # (computes the weights)
         if split:  # (bottom band first: a band only waits for the one below, started first)
             tk = cuda.shared.array(1, int64)
             t = take_ticket(bnd_x, tk)
@@ -664,7 +623,7 @@ def _wavefront(
         if top >= n:
             return
         ig = scale / gamma
-        i0 = top + p * rows
+        i0 = top + th * rows
         last = min((n - top + rows - 1) // rows, T) - 1  # the last thread with rows
         mine = i0 < n
         hand = cuda.shared.array((2, T), float64)  # pushed into the row above, by step parity
@@ -680,41 +639,35 @@ def _wavefront(
         sh = depth  # (Rs, Rn hold columns j - depth, j - depth - 1)
         for k in range(rows):
             i = i0 + k
-            Rs[k] = R[task, i, m - 1 - sh] if (work and i < n and m >= 1 + sh) else INF
-            Rn[k] = R[task, i, m - 2 - sh] if (work and i < n and m >= 2 + sh) else INF
+            Rs[k] = R[task, i, m - 1 - sh] if (i < n and m >= 1 + sh) else INF
+            Rn[k] = R[task, i, m - 2 - sh] if (i < n and m >= 2 + sh) else INF
             Gs[k] = 0.0
-            if work:
-                xs[k, p] = x[b, min(i, n - 1), d]
-            if chain:
-                gxs[k, p] = 0.0
+            xs[k, th] = x[b, min(i, n - 1), d]
+            gxs[k, th] = 0.0
         above = 0 < i0 and i0 <= n
         x_above = x[b, i0 - 1, d] if above else 0.0
-        R_above = R[task, i0 - 1, m - 1 - sh] if (work and above and m >= 1 + sh) else INF
-        R_above_next = R[task, i0 - 1, m - 2 - sh] if (work and above and m >= 2 + sh) else INF
-        # (ahead: the next columns' weights, in registers or from the helper)
-        W = cuda.shared.array((KS, 10, RS, TS), float64) if helpers else (
-            cuda.local.array((A, 10, rows, 1), float64))  # fmt: skip
-        col = p if helpers else 0
+        R_above = R[task, i0 - 1, m - 1 - sh] if (above and m >= 1 + sh) else INF
+        R_above_next = R[task, i0 - 1, m - 2 - sh] if (above and m >= 2 + sh) else INF
+        W = cuda.local.array((A, 10, rows), float64)  # (ahead: the next columns' weights)
         O = cuda.local.array((3, rows), float64)  # (ahead: the step's x gradients' terms)
-        if ahead and work:  # (columns m - 1 .. m - A)
+        if ahead:  # (columns m - 1 .. m - A)
             yl = (y[b, m - 1, d], y[b, max(m - 2, 0), d], y[b, max(m - 3, 0), d])
             for q in range(A):
-                slot = (m - 1 - q) % KS if helpers else q
-                wargs = (R, task, i0, m - 1 - q, n, lo, hi, xs, p, W, slot, col, yl[q], yl[q + 1],
-                         c, gamma, ig)  # fmt: skip
+                wargs = (R, task, i0, m - 1 - q, n, lo, hi, xs, th, W, q, yl[q], yl[q + 1], c,
+                         gamma, ig)  # fmt: skip
                 first_weights(0, wargs, x_above)
         gx_above = 0.0  # what the top row's up edges owe x_{i0-1}
         # split: what the band below pushes into this band's last row and gy's partial sums
         # arrive through bnd_g / bnd_y, columns right to left; this band's go to the band above
         fed_band = split and top + BR < n
-        fed = chain and fed_band and p // WARP == last // WARP  # (the last thread's warp)
-        feeds = chain and split and band > 0 and p == 0
+        fed = fed_band and th // WARP == last // WARP  # (the last thread's warp)
+        feeds = split and band > 0 and th == 0
         row_in = (task * bands + band) * Mx
         row_out = row_in - Mx
-        lane_col = min(p % WARP, m - 1)
+        lane_col = min(th % WARP, m - 1)
         pref_g = poll(bnd_g, row_in + lane_col) if fed else 0
         pref_y = poll(bnd_y, row_in + lane_col) if fed else 0
-        j0 = (m - 1) + last - p  # the column at step 0
+        j0 = (m - 1) + last - th  # the column at step 0
         if ahead:  # (y_{j-A}, y_{j-A-1} at step s, clamped)
             ya = y[b, min(max(j0 - A, 0), m - 1), d]
             yb = y[b, min(max(j0 - A - 1, 0), m - 1), d]
@@ -734,9 +687,9 @@ def _wavefront(
                 pref_g = _take_group(bnd_g, row_in, s, m, pref_g, grp_g)
                 pref_y = _take_group(bnd_y, row_in, s, m, pref_y, grp_y)
             G_below = gy_below = 0.0
-            if p < last:
-                G_below = hand[s & 1, p + 1]
-                gy_below = hand_y[s & 1, p + 1]
+            if th < last:
+                G_below = hand[s & 1, th + 1]
+                gy_below = hand_y[s & 1, th + 1]
             elif fed_band and s < m:  # (the last thread, column m - 1 - s)
                 G_below = grp_g[s & (WARP - 1)]
                 gy_below = grp_y[s & (WARP - 1)]
@@ -751,55 +704,44 @@ def _wavefront(
             gy_send = 0.0
             if 0 <= j and j < m and mine:
                 inputs = (R_above, R_above_next, x_above, yj, yp, c, gamma, ig)
-                if chain:
-                    q = j % KS if helpers else 0
-                    if ahead:
-                        carry = (G_below, 0.0, gy_below + gy_carry, 0.0)
-                        args = (i0, j, n, m, Gs, W, q, col, O)
-                        o_up, o_match, gyj, gyp = up_strip(0, args, carry)
-                    else:
-                        strip = (R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th)
-                        carry = (G_below, 0.0, gx_above, gy_below + gy_carry, 0.0)
-                        o_up, o_match, gx_above, gyj, gyp = up_strip(0, (*strip, *inputs), carry)
-                    send = o_up + match_top
-                    match_top = o_match
-                    gy_send = gyj
-                    gy_carry = gyp
-                    if ahead:  # (the next step's hand-over now)
-                        hand[(s + 1) & 1, p] = send
-                        hand_y[(s + 1) & 1, p] = gyj
-                    if p == 0 and band == 0:
-                        gy[b, j, d] = gyj
-                    if split:  # (columns right to left: index m - 1 - j)
-                        st_if(bnd_g, row_out + (m - 1 - j), as_bits(send), feeds)
-                        st_if(bnd_y, row_out + (m - 1 - j), as_bits(gyj), feeds)
-                    if ahead:  # (then the x gradients' terms)
-                        gx_above = gx_strip(0, (gxs, p, W, q, col, O), gx_above)
-                if ahead and work:  # (column j - A's weights)
-                    if helpers:
-                        qw, moves = (j - A) % KS, 0
-                    else:
-                        qw, moves = A - 1, A - 1
-                    strip = (R, task, i0, j - A, n, lo, hi, Rs, Rn, xs, p, W, qw, col, moves)
-                    up_next(0, (*strip, *inputs), 0.0)
-                if work:
-                    R_above = R_above_next
-                    jn = j - 2 - sh  # (the column after Rn's)
-                    R_above_next = R[task, i0 - 1, jn] if (above and jn >= 0) else INF
-        par = (m + last) & 1
-        if chain:
-            hand[par, p] = gx_above
+                if ahead:
+                    carry = (G_below, 0.0, gy_below + gy_carry, 0.0)
+                    o_up, o_match, gyj, gyp = up_strip(0, (i0, j, n, m, Gs, W, O), carry)
+                else:
+                    strip = (R, task, i0, j, n, m, lo, hi, Rs, Rn, Gs, xs, gxs, th)
+                    carry = (G_below, 0.0, gx_above, gy_below + gy_carry, 0.0)
+                    o_up, o_match, gx_above, gyj, gyp = up_strip(0, (*strip, *inputs), carry)
+                send = o_up + match_top
+                match_top = o_match
+                gy_send = gyj
+                gy_carry = gyp
+                if ahead:  # (the next step's hand-over now)
+                    hand[(s + 1) & 1, th] = send
+                    hand_y[(s + 1) & 1, th] = gyj
+                if th == 0 and band == 0:
+                    gy[b, j, d] = gyj
+                if split:  # (columns right to left: index m - 1 - j)
+                    st_if(bnd_g, row_out + (m - 1 - j), as_bits(send), feeds)
+                    st_if(bnd_y, row_out + (m - 1 - j), as_bits(gyj), feeds)
+                if ahead:  # (then column j - A's weights)
+                    strip = (R, task, i0, j, n, lo, hi, Rs, Rn, xs, gxs, th, W, O)
+                    gx_above = up_next(0, (*strip, *inputs), gx_above)
+                R_above = R_above_next
+                jn = j - 2 - sh  # (the column after Rn's)
+                R_above_next = R[task, i0 - 1, jn] if (above and jn >= 0) else INF
+        p = (m + last) & 1
+        hand[p, th] = gx_above
         cuda.syncthreads()
         if split:
             st_if(bnd_x, task * bands + band - 1, as_bits(gx_above), feeds)
-        if mine and chain:
-            extra = hand[par, p + 1] if p < last else 0.0  # what thread + 1 owes the last row
-            if fed_band and p == last:
+        if mine:
+            extra = hand[p, th + 1] if th < last else 0.0  # what thread + 1 owes the last row
+            if fed_band and th == last:
                 extra = _wait_value(bnd_x, task * bands + band)
             for k in range(rows):
                 i = i0 + k
                 if i < n:
-                    gx[b, i, d] = gxs[k, p] + (extra if k == rows - 1 else 0.0)
+                    gx[b, i, d] = gxs[k, th] + (extra if k == rows - 1 else 0.0)
 
     return forward, backward
 
@@ -824,10 +766,6 @@ def _bands(N: int, tasks: int, sms: int) -> int:
     return min(-(-N // BAND_ROWS), sms // tasks)
 
 
-#: How many steps ahead helper threads compute the costs and weights (:func:`_wavefront`).
-HELPED_DEPTH = 2
-
-
 def _depth(rows: int, warps: int, fast: bool) -> int:
     """How many steps ahead the wavefront kernels compute a column's costs and weights
     (:func:`_wavefront`): as many as the registers hold without a spill (ptxas, sm_90, float64
@@ -835,20 +773,6 @@ def _depth(rows: int, warps: int, fast: bool) -> int:
     of 4 rows 232, of 8 rows a spill; 2 columns of a row, 16 warps: 124 of the 128 that 512
     threads leave), so that a step's chain waits for no cost computed in the step before."""
     return 2 if rows <= 2 else 1 if rows <= 4 else 0
-
-
-#: The most rows a block whose costs and weights helper threads compute (:func:`_helped`).
-HELPED_ROWS = 4 * WARP
-
-
-def _helped(rows: int, warps: int) -> bool:
-    """Whether helper threads compute the wavefront kernels' costs and weights
-    (:func:`_wavefront`): where the block has at most ``HELPED_ROWS`` rows (3 columns of the
-    backward's 10 values a row in shared memory: 30 KB) and so at most 4 warps, 8 with the
-    helpers'.  A warp issues in order, one instruction a cycle at best: with a helper warp
-    beside it on its sub-partition, the transcendentals of the later columns issue while the
-    step's chain waits on its latencies instead of after it."""
-    return rows * warps * WARP <= HELPED_ROWS
 
 
 def _shape(N: int, tasks: int, sms: int, warps: int | None = None) -> tuple[int, int] | None:
@@ -1043,7 +967,6 @@ def msm_cuda(
     warps: int | None = None,
     bands: int | None = None,
     ahead: int | None = None,
-    helpers: bool | None = None,
 ) -> tuple:
     """Values (B,) and, with ``need``, the gradients wrt x (B, N, D) and y (B, M, D) of
     Soft-MSM, float64; ``tables``: int64 NumPy arrays ``(n, m, lo, hi)`` (B,) of each pair's
@@ -1056,9 +979,7 @@ def msm_cuda(
     override up to 16, with rows times warps at most 64), with float32 transcendentals for
     float32 inputs (:func:`_row_functions`) and float64 ones otherwise, each column's costs
     and weights ``ahead`` steps before its cells (None: the override's, else :func:`_depth`'s
-    rule; 0 to the rule's), by helper threads where ``helpers`` (None: the override's, else
-    :func:`_helped`'s rule; they work ``HELPED_DEPTH`` steps ahead); beyond, the diagonal
-    kernels (float64)."""
+    rule; 0 to the rule's); beyond, the diagonal kernels (float64)."""
     fast = x.dtype == torch.float32
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
@@ -1090,23 +1011,15 @@ def msm_cuda(
         return list(flat.split(sizes))
 
     if shape is not None:
-        forced = current_overrides()
-        ahead = forced.msm_ahead if ahead is None else ahead
-        helpers = forced.msm_helpers if helpers is None else helpers
-        if helpers is None:
-            helpers = ahead in (None, HELPED_DEPTH) and _helped(*shape)
-        elif helpers and not _helped(*shape):
-            raise ValueError(f"sdtw: helpers take at most {HELPED_ROWS} rows a block (shared "
-                             f"memory), got {shape[0]} rows x {shape[1]} warps")  # fmt: skip
-        depth = HELPED_DEPTH if helpers else _depth(*shape, fast)
+        ahead = current_overrides().msm_ahead if ahead is None else ahead
+        depth = _depth(*shape, fast)
         if ahead is not None:
-            if not 0 <= ahead <= depth or (helpers and ahead != depth):
+            if not 0 <= ahead <= depth:
                 raise ValueError(f"sdtw: ahead must be 0 to {depth} (registers) for {shape[0]} "
-                                 f"rows x {shape[1]} warps, {HELPED_DEPTH} with helpers, got "
-                                 f"{ahead}")  # fmt: skip
+                                 f"rows x {shape[1]} warps, got {ahead}")  # fmt: skip
             depth = ahead
-        forward, backward = _wavefront(*shape, fast, nb > 1, depth, helpers)
-        threads = WARP * shape[1] * (2 if helpers else 1)
+        forward, backward = _wavefront(*shape, fast, nb > 1, depth)
+        threads = WARP * shape[1]
         R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
         values = torch.empty(B * D, dtype=torch.float64, device=dev)
         launch(forward, grid, threads, dev, *args, R, values, *hand_over(grid * M + 1), nb)
