@@ -21,8 +21,8 @@ steps' dependency chains (``R``, and ``G`` in the backward) sit in registers; it
 ``x_i`` and its ``x`` gradients, off those chains, in shared memory (one column per thread);
 ``x_{i-1}`` of its first row in a register.
 Neighbouring threads hand values over through shared memory, double-buffered by step parity,
-one block barrier per step (a barrier serves the warps' boundaries; within a warp a shuffle
-would save a few tens of cycles of a step of thousands).
+one block barrier per step (a barrier serves the warps' boundaries; the barrier and the
+waits it puts on a step are a large part of a step's time: ``docs/measures.md``).
 
 * Forward, a skewed wavefront from the top left: at step ``s`` thread ``t`` computes column
   ``j = s - t`` for its rows top to bottom,
@@ -55,11 +55,13 @@ Steps ahead (:func:`_depth`; up to 2 rows a thread two columns, 4 rows one, wher
 registers hold them): a column's costs (forward: each row's three candidates' costs) and
 edge weights with the costs' partial derivatives (backward) are computed that many steps
 before its cells, after the step has written what it hands over; the step's chain is then
-the softmin of three sums (forward) or ``G``'s products and sums (backward) alone, and a
-warp, which issues in order, fills that chain's latencies with a later column's
-transcendentals instead of waiting for them.  The same operations on the same values: the
-same bits at every depth in the simulator; on a GPU the compiler fuses a multiply-add in the
-step that it cannot fuse across steps (a rounding's difference: within 1e-13 relative).
+the softmin of three sums (forward) or ``G``'s products and sums (backward) alone, with the
+later column's work no longer between it and the hand-over.  One column ahead is as fast as
+two: that work is throughput (conversions and transcendentals, 35 a cell backward, on one
+pipe), not latency a warp waits for; helper warps computing it beside the threads were no
+faster either.  The same operations on the same values: the same bits at every depth in the
+simulator; on a GPU the compiler fuses a multiply-add in the step that it cannot fuse across
+steps (a rounding's difference: within 1e-13 relative).
 
 Bands (:func:`_bands`: where the tasks leave SMs idle, e.g. B = 32 on an H100's 132): a task's
 rows split into bands of ``32 W ROWS`` rows, a block each, so that a task's steps run on
@@ -771,7 +773,7 @@ def _depth(rows: int, warps: int, fast: bool) -> int:
     (:func:`_wavefront`): as many as the registers hold without a spill (ptxas, sm_90, float64
     backward: 2 columns of 2 rows a thread 230 registers, of 4 rows 255 and a spill; 1 column
     of 4 rows 232, of 8 rows a spill; 2 columns of a row, 16 warps: 124 of the 128 that 512
-    threads leave), so that a step's chain waits for no cost computed in the step before."""
+    threads leave).  One column ahead measured as fast as two (module docstring)."""
     return 2 if rows <= 2 else 1 if rows <= 4 else 0
 
 
