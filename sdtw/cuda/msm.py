@@ -308,7 +308,7 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
     @device
     def _forward_cell(k, args, carry):
         """:func:`_forward_row` with the costs of column ``j`` computed steps before (in
-        ``C[0]``): the step's chain of ``R`` only, its column stored a step later."""
+        ``C[0]``): the step's chain of ``R`` only."""
         R, task, i0, j, n, lo, hi, Rs, gamma, ig, C = args
         diag, up = carry
         i = i0 + k
@@ -316,7 +316,9 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
         v = softmin3(diag + C[0, 0, k], up + C[0, 1, k], left + C[0, 2, k], gamma, ig)
         if not (i < n and -lo <= j - i and j - i <= hi):
             v = INF
-        Rs[k] = v  # (stored to R at the next step's start: _store_column)
+        if i < n:
+            R[task, i, j] = v
+        Rs[k] = v
         return left, v
 
     @device
@@ -433,10 +435,10 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
         ``O``, in :func:`_backward_row`'s order); the later columns' weights moved one place
         down, then its :func:`_weights` at column ``jw = j - depth`` (``ya = y_jw``,
         ``yb = y_{jw-1}``) from ``Rs``, ``Rn``: the strip's ``R`` of columns ``jw`` and
-        ``jw - 1`` (``A1``, ``A2``: the row above's), then column ``jw - 2`` (``Rq``) moves
-        in.  Returns what the strip's up edges owe ``x_{i0-1}``."""
-        R, task, i0, j, n, lo, hi, Rs, Rn, Rq, xs, gxs, th, W, O = args[:15]
-        A1, A2, x_above, ya, yb, c, gamma, ig = args[15:]
+        ``jw - 1`` (``A1``, ``A2``: the row above's); loads column ``jw - 2`` for the step
+        after.  Returns what the strip's up edges owe ``x_{i0-1}``."""
+        R, task, i0, j, n, lo, hi, Rs, Rn, xs, gxs, th, W, O = args[:14]
+        A1, A2, x_above, ya, yb, c, gamma, ig = args[14:]
         i = i0 + k
         o_up = O[1, k]
         gxs[k, th] += O[0, k] + o_up * W[0, 4, k] + O[2, k] * W[0, 9, k]
@@ -455,7 +457,7 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
         _weights(W, depth - 1, k, i, jw, n, lo, hi, Rs[k], r_up, Rn[k], diag, xi, xp, ya, yb,
                  c, gamma, ig)  # fmt: skip
         Rs[k] = Rn[k]  # (row k + 1 is done with Rs[k] and Rn[k])
-        Rn[k] = Rq[k]  # (column jw - 2, loaded at the step's start: _load_column)
+        Rn[k] = R[task, i, jw - 2] if (i < n and jw >= 2) else INF
         return gx_above
 
     return (_forward_row, _backward_row, _forward_cell, _costs_row, _backward_chain,
@@ -488,25 +490,6 @@ def _wait_value(bnd, idx):
     while v == SENTINEL:
         v = poll(bnd, idx)
     return from_bits(v)
-
-
-@device
-def _store_column(R, task, i0, j, n, Rs, rows):
-    """The strip's ``R`` of column ``j`` (``Rs``) to global memory.  Ahead, a step's stores go
-    out right after the step's barrier: a barrier waits for its warps' memory accesses
-    before it (their values visible to the block), so an access issued late in a step would
-    hold the next barrier for its round trip."""
-    for k in range(rows):
-        if i0 + k < n:
-            R[task, i0 + k, j] = Rs[k]
-
-
-@device
-def _load_column(R, task, i0, j, n, Rq, rows):
-    """``Rq``: the strip's ``R`` of column ``j`` (+inf past the rows or left of column 0),
-    loaded right after a step's barrier (:func:`_store_column`)."""
-    for k in range(rows):
-        Rq[k] = R[task, i0 + k, j] if (i0 + k < n and j >= 0) else INF
 
 
 @functools.cache
@@ -610,8 +593,6 @@ def _wavefront(
                     y_next = y[b, j + 1, d]
             if 0 <= j and j < m and i0 < n:
                 if ahead:
-                    if j > 0:  # (the column before, a step later: _store_column)
-                        _store_column(R, task, i0, j - 1, n, Rs, rows)
                     down(0, (R, task, i0, j, n, lo, hi, Rs, gamma, ig, C), (diag, up))
                 else:
                     args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
@@ -622,8 +603,6 @@ def _wavefront(
                 if ahead:  # (the next step's hand-over now, then column j + A's costs)
                     hand[(s + 1) & 1, th] = bot
                     costs(0, (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1), x_above)
-        if ahead and i0 < n:
-            _store_column(R, task, i0, m - 1, n, Rs, rows)
         for k in range(rows):  # (the last column's R[n - 1, m - 1]: the task's value)
             if i0 + k == n - 1:
                 values[task] = Rs[k]
@@ -654,7 +633,6 @@ def _wavefront(
         Rs = cuda.local.array(rows, float64)  # R of the strip's column j, then j - 1
         Rn = cuda.local.array(rows, float64)  # R of the strip's column j - 1, then j - 2
         Gs = cuda.local.array(rows, float64)  # pushed into the strip's column j so far
-        Rq = cuda.local.array(rows, float64)  # (ahead: Rn's next column, loaded early)
         # (off the steps' dependency chains, in shared memory: registers for the rest)
         xs = cuda.shared.array((rows, T), float64)
         gxs = cuda.shared.array((rows, T), float64)
@@ -728,10 +706,7 @@ def _wavefront(
             gy_send = 0.0
             if 0 <= j and j < m and mine:
                 inputs = (R_above, R_above_next, x_above, yj, yp, c, gamma, ig)
-                jn = j - 2 - sh  # (the column after Rn's)
-                if ahead:  # (loads right after the barrier: _store_column)
-                    _load_column(R, task, i0, jn, n, Rq, rows)
-                    Rq_above = R[task, i0 - 1, jn] if (above and jn >= 0) else INF
+                if ahead:
                     carry = (G_below, 0.0, gy_below + gy_carry, 0.0)
                     o_up, o_match, gyj, gyp = up_strip(0, (i0, j, n, m, Gs, W, O), carry)
                 else:
@@ -751,13 +726,11 @@ def _wavefront(
                     st_if(bnd_g, row_out + (m - 1 - j), as_bits(send), feeds)
                     st_if(bnd_y, row_out + (m - 1 - j), as_bits(gyj), feeds)
                 if ahead:  # (then column j - A's weights)
-                    strip = (R, task, i0, j, n, lo, hi, Rs, Rn, Rq, xs, gxs, th, W, O)
+                    strip = (R, task, i0, j, n, lo, hi, Rs, Rn, xs, gxs, th, W, O)
                     gx_above = up_next(0, (*strip, *inputs), gx_above)
                 R_above = R_above_next
-                if ahead:
-                    R_above_next = Rq_above
-                else:
-                    R_above_next = R[task, i0 - 1, jn] if (above and jn >= 0) else INF
+                jn = j - 2 - sh  # (the column after Rn's)
+                R_above_next = R[task, i0 - 1, jn] if (above and jn >= 0) else INF
         p = (m + last) & 1
         hand[p, th] = gx_above
         cuda.syncthreads()
