@@ -118,8 +118,9 @@ __all__ = ["MAX_N", "msm_cuda"]
 
 INF = math.inf
 WARP = 32
-#: Rows per thread of the widest wavefront kernel (ptxas, sm_90, 16 rows: 178 / 192 registers
-#: a thread forward / backward, no stack; the 32-row backward spilled).
+#: Rows per thread of the widest wavefront kernel (ptxas, sm_90, 16 rows: float64 178 / 212
+#: registers a thread forward / backward, no stack; the float32 backward 255 and a 68-byte
+#: spill, its gate computed without branches; the 32-row backward spilled more).
 MAX_ROWS = 16
 #: The wavefront kernels' most rows: 16 rows per thread in 4 warps.
 MAX_N = 4 * WARP * MAX_ROWS
