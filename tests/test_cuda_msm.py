@@ -176,8 +176,9 @@ def test_costs_steps_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths
                                              bands, dtype):  # fmt: skip
     """Each column's costs (forward) and edge weights (backward) computed one or two steps
     before its cells: the same operations on the same values as in the step, so the same
-    bits at every depth the registers allow (:func:`_depth`); forced through the override as
-    through the argument; a depth past the rule's refused."""
+    bits at every depth the registers allow (:func:`_depth`: 2 up to 2 rows a thread, 1 up
+    to 4); the override capped at the rule's depth, the argument refused past it (and taking
+    precedence over the override)."""
     from sdtw.cuda.config import overrides
 
     dt = getattr(torch, dtype)
@@ -185,16 +186,17 @@ def test_costs_steps_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths
     y = torch.as_tensor(rng.standard_normal((B, M, D))).to(dt)
     tables = _tables_of(B, N, M, bandwidth, lengths)
     kw = dict(warps=warps, bands=bands)
-    rows, w = _shape(-(-N // bands), B * D * bands, 0, warps)
-    deepest = _depth(rows, w, dtype == "float32")
-    assert deepest == (2 if rows <= 2 else 1)
+    rows = _shape(-(-N // bands), B * D * bands, 0, warps)[0]
+    deepest = _depth(rows)
     inline = msm_cuda(x, y, C, GAMMA, tables, True, ahead=0, **kw)
-    for depth in range(1, deepest + 1):
+    for depth in range(1, deepest + 2):  # (the override past the rule: the rule's depth)
         with overrides(msm_ahead=depth):
             got = msm_cuda(x, y, C, GAMMA, tables, True, **kw)
         assert all(torch.equal(a, b) for a, b in zip(got, inline, strict=True)), depth
-    with pytest.raises(ValueError, match="ahead must be 0 to"):
-        msm_cuda(x, y, C, GAMMA, tables, False, ahead=deepest + 1, **kw)
+    with overrides(msm_ahead=0), pytest.raises(ValueError, match="ahead must be 0 to"):
+        msm_cuda(x, y, C, GAMMA, tables, False, ahead=deepest + 1, **kw)  # (the argument's)
+    with overrides(msm_ahead=-1), pytest.raises(ValueError, match="msm_ahead must be"):
+        msm_cuda(x, y, C, GAMMA, tables, False, **kw)
 
 
 def test_the_rule_for_bands():
@@ -254,6 +256,10 @@ def test_float32_inputs_take_float32_transcendentals(
 @requires_sim
 def test_diagonal_kernels_past_max_n(rng):
     run(rng, 1, MAX_N + 1, 2, 1, None, None)
+
+
+def test_the_rule_for_steps_ahead():
+    assert [_depth(r) for r in (1, 2, 4, 8, 16)] == [2, 2, 1, 0, 0]
 
 
 def test_the_rule_for_rows_and_warps():

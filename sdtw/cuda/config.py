@@ -111,7 +111,8 @@ class Overrides:
         :func:`sdtw.cuda.policy.tc_one_launch`.
     msm_bands : Soft-MSM's bands per task (``sdtw.cuda.msm._bands``; 1: one block a task).
     msm_ahead : how many steps before its cells Soft-MSM's wavefront kernels compute a
-        column's costs and weights (``sdtw.cuda.msm._depth``; 0: in the step).
+        column's costs and weights, at most the rule's (``sdtw.cuda.msm._depth``: what the
+        registers hold); 0: in the step.
     """
 
     mover: bool | None = None

@@ -29,8 +29,8 @@ waits it puts on a step are a large part of a step's time: ``docs/measures.md``)
   ``R[i, j] = softmin(R[i-1, j-1] + (x_i - y_j)^2, R[i-1, j] + C(x_i, x_{i-1}, y_j),
   R[i, j-1] + C(y_j, y_{j-1}, x_i))``; ``R[i, j-1]`` is the thread's own value of the step
   before, the row above its strip is thread ``t - 1``'s bottom value of the step before, and
-  the value received a step earlier is the diagonal.  ``y_j`` is loaded a step ahead.  Each
-  cell is stored to ``R``.
+  the value received a step earlier is the diagonal.  ``y_j`` is loaded a step before its
+  use (steps ahead: a step before the costs that read it).  Each cell is stored to ``R``.
 * Backward, the mirror wavefront from the bottom right: thread ``t`` computes column
   ``j = (m - 1) - s + (L - t)`` (``L`` the last thread with rows: the threads below go first),
   its rows bottom to top.  A cell's ``G = d value / d R[i, j]`` is the sum of what its three
@@ -39,9 +39,9 @@ waits it puts on a step are a large part of a step's time: ``docs/measures.md``)
   edge's tail and, times the cost's partial derivatives, to the gradients of the samples the
   cost reads.  What is pushed into the row above the strip (the top row's up edge, and its
   match edge of the step before) goes to thread ``t - 1`` as one value; what goes left waits
-  in the thread's registers for the next step; ``R`` is read from global memory, each cell
-  once, a step ahead (loaded at its use, behind the rows' branches, each row's load latency
-  would sit on the step's path: not measured).
+  in the thread's registers for the next step; ``R`` is read from global memory a step
+  before the step that needs it (steps ahead: before the weights that need it; the first
+  columns also by the weights' set-up).
   Gradients: the thread accumulates its rows' ``x_i`` and writes them at the end (what its
   top row's up edges owe ``x_{i0-1}`` goes to thread ``t - 1`` at the end);
   ``y_j``'s partial sum travels up the threads with the wavefront (thread ``t`` adds its
@@ -206,8 +206,9 @@ def _softmin3_fast(a, b, c, gamma, ig2):
 def _transition_fast(v, p, o, c, gamma, ig2):
     """:func:`_transition` with float32 transcendentals and gate: ``rsqrt(u^2 + eps)`` in
     float32, ``|u|`` clipped to ``2^62`` (its square then fits float32; the gate's ratio is
-    ``sign(u)`` to float32's precision there, and ``S s'(u)`` 0).  Differences past float32's
-    range (samples near its limit) are not handled."""
+    ``sign(u)`` to float32's precision there, and ``S s'(u)`` 0).  Differences whose squares
+    pass float32's range (``|v - p|`` or ``|v - o|`` past about 1.8e19) are not handled:
+    ``S s'(u)`` may overflow where ``u`` is near 0."""
     one = float32(1.0)
     dp, do = v - p, v - o
     a, b = dp * dp, do * do
@@ -769,12 +770,13 @@ def _bands(N: int, tasks: int, sms: int) -> int:
     return min(-(-N // BAND_ROWS), sms // tasks)
 
 
-def _depth(rows: int, warps: int, fast: bool) -> int:
+def _depth(rows: int) -> int:
     """How many steps ahead the wavefront kernels compute a column's costs and weights
-    (:func:`_wavefront`): as many as the registers hold without a spill (ptxas, sm_90, float64
-    backward: 2 columns of 2 rows a thread 230 registers, of 4 rows 255 and a spill; 1 column
-    of 4 rows 232, of 8 rows a spill; 2 columns of a row, 16 warps: 124 of the 128 that 512
-    threads leave).  One column ahead measured as fast as two (module docstring)."""
+    (:func:`_wavefront`) for ``rows`` rows a thread: as many as the registers hold without a
+    spill (ptxas, sm_90, backward, float64 / float32: 2 columns of 2 rows a thread 230 / 214
+    registers, of 4 rows 255 and a spill; 1 column of 4 rows 232 / 244, of 8 rows a spill;
+    2 columns of a row, 16 warps: 124 / 118 of the 128 that 512 threads leave).  One column
+    ahead measured as fast as two (module docstring)."""
     return 2 if rows <= 2 else 1 if rows <= 4 else 0
 
 
@@ -981,8 +983,8 @@ def msm_cuda(
     of ``warps`` warps each (None: :func:`_shape`'s rule for the band's rows, 1 to 16; an
     override up to 16, with rows times warps at most 64), with float32 transcendentals for
     float32 inputs (:func:`_row_functions`) and float64 ones otherwise, each column's costs
-    and weights ``ahead`` steps before its cells (None: the override's, else :func:`_depth`'s
-    rule; 0 to the rule's); beyond, the diagonal kernels (float64)."""
+    and weights ``ahead`` steps before its cells (0 to :func:`_depth`'s; None: the override's,
+    at most the rule's, else the rule's); beyond, the diagonal kernels (float64)."""
     fast = x.dtype == torch.float32
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
@@ -1014,13 +1016,17 @@ def msm_cuda(
         return list(flat.split(sizes))
 
     if shape is not None:
-        ahead = current_overrides().msm_ahead if ahead is None else ahead
-        depth = _depth(*shape, fast)
+        depth = _depth(shape[0])
+        forced = current_overrides().msm_ahead
         if ahead is not None:
             if not 0 <= ahead <= depth:
                 raise ValueError(f"sdtw: ahead must be 0 to {depth} (registers) for {shape[0]} "
                                  f"rows x {shape[1]} warps, got {ahead}")  # fmt: skip
             depth = ahead
+        elif forced is not None:  # (the override: up to its depth, where the registers allow)
+            if forced < 0:
+                raise ValueError(f"sdtw: msm_ahead must be >= 0, got {forced}")
+            depth = min(forced, depth)
         forward, backward = _wavefront(*shape, fast, nb > 1, depth)
         threads = WARP * shape[1]
         R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
