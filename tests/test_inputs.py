@@ -500,7 +500,11 @@ def test_backends_agree_on_special_values(data):
         (g,) = torch.autograd.grad(v, c, go)
         got[backend] = (v.detach(), g)
     ref_v, ref_g = got["reference"]
+    # (a weight exp((R - R_pred - cost) / gamma) carries R's roundings over gamma: with costs
+    # of 1e6 and gamma 1e-3 the float64 reference itself is off by 1.2e-7 on a forced path)
+    total = cost[torch.isfinite(cost)].abs().sum().item()
+    rtol_g = 1e-7 + 8 * 2.0**-52 * total / gamma
     for backend, (v, g) in got.items():
         assert _same(v, ref_v, 1e-9), (backend, v, ref_v)
         fin = torch.isfinite(ref_v)
-        assert _same(g[fin], ref_g[fin], 1e-7), (backend, g[fin], ref_g[fin])
+        assert _same(g[fin], ref_g[fin], rtol_g), (backend, g[fin], ref_g[fin])
