@@ -85,9 +85,8 @@ _kernel_launchers: dict[int, tuple] = {}
 
 def launch(dispatcher, grid: int, block: int, device: torch.device, *args) -> None:
     """Launch ``dispatcher`` on torch's current stream with tensors and Python scalars as
-    arguments, through a :class:`sdtw.cuda._private.Launcher` made once per kernel (the
-    simpler kernels' launchers: Numba's own launch costs about 20 us of host time per tensor
-    argument on top of its dispatch)."""
+    arguments, through a :class:`sdtw.cuda._private.Launcher` made once per kernel (Soft-MSM's
+    kernels: Numba's own launch adds host time per tensor argument on top of its dispatch)."""
     entry = _kernel_launchers.get(id(dispatcher))
     if entry is None or entry[0] is not dispatcher:
         entry = _kernel_launchers[id(dispatcher)] = (
@@ -99,7 +98,7 @@ def launch(dispatcher, grid: int, block: int, device: torch.device, *args) -> No
 
 def numba_view(t: torch.Tensor):
     """``t`` as the kernels take it (a NumPy array under the simulator): the simpler kernels'
-    launchers (:mod:`sdtw.cuda.dtw`, :mod:`sdtw.cuda.msm`, :mod:`sdtw.cuda.allpairs`)."""
+    launchers (:mod:`sdtw.cuda.dtw`, :mod:`sdtw.cuda.allpairs`)."""
     return _private._arr(t, SIMULATED)
 
 

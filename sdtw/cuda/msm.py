@@ -761,10 +761,9 @@ def _bands(N: int, tasks: int, sms: int) -> int:
     at most the SMs per task.
 
     A task's rows are a chain of dependencies that one block runs a step at a time; at B = 32,
-    N = 512 one block of 16 warps per task left 100 of an H100's 132 SMs idle.  As 4 bands on
-    their own SMs the backward took 1.06 ms instead of 1.26 (the forward 0.60 ms either way),
-    the band below trailing the one above by its own rows' steps plus a group of hand-over
-    values (see the module's docstring)."""
+    N = 512 one block of 16 warps per task leaves most of an H100's 132 SMs idle, and bands on
+    SMs of their own take less time (``docs/measures.md``), the band below trailing the one
+    above by its own rows' steps plus a group of hand-over values (the module's docstring)."""
     if sms == 0 or 2 * tasks > sms or N <= BAND_ROWS or N > MAX_N:
         return 1  # (past MAX_N: the diagonal kernels)
     return min(-(-N // BAND_ROWS), sms // tasks)
@@ -995,7 +994,8 @@ def msm_cuda(
     ns, ms, los, his = torch.from_numpy(np.stack(tables).astype(np.int64)).to(dev)
     args = (a, b, float(c), float(gamma), ns, ms, los, his)
     sms = _multiprocessors(dev)
-    bands = current_overrides().msm_bands if bands is None else bands
+    forced = current_overrides()
+    bands = forced.msm_bands if bands is None else bands
     if bands is not None and (bands < 1 or (bands > 1 and N > MAX_N)):
         raise ValueError(f"sdtw: bands must be 1, or >= 1 up to N = {MAX_N}, got {bands}")
     nb = _bands(N, B * D, sms) if bands is None else bands
@@ -1017,16 +1017,15 @@ def msm_cuda(
 
     if shape is not None:
         depth = _depth(shape[0])
-        forced = current_overrides().msm_ahead
         if ahead is not None:
             if not 0 <= ahead <= depth:
                 raise ValueError(f"sdtw: ahead must be 0 to {depth} (registers) for {shape[0]} "
                                  f"rows x {shape[1]} warps, got {ahead}")  # fmt: skip
             depth = ahead
-        elif forced is not None:  # (the override: up to its depth, where the registers allow)
-            if forced < 0:
-                raise ValueError(f"sdtw: msm_ahead must be >= 0, got {forced}")
-            depth = min(forced, depth)
+        elif forced.msm_ahead is not None:  # (the override: up to its depth, registers allowing)
+            if forced.msm_ahead < 0:
+                raise ValueError(f"sdtw: msm_ahead must be >= 0, got {forced.msm_ahead}")
+            depth = min(forced.msm_ahead, depth)
         forward, backward = _wavefront(*shape, fast, nb > 1, depth)
         threads = WARP * shape[1]
         R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
