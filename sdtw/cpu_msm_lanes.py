@@ -45,7 +45,7 @@ import math
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from sdtw._jit import parallel_and_serial
+from sdtw._jit import interleaved, parallel_and_serial
 from sdtw._simd import LANE_FLAGS, exp_neg, log_pos, order3, softmin3
 from sdtw.cpu import _run
 from sdtw.cpu_lanes import spans, start_row
@@ -69,6 +69,12 @@ _TINY = 1e-140
 _BIG = 1e60
 _block = njit(cache=True, nogil=True, **LANE_FLAGS)
 _inline = njit(cache=True, nogil=True, inline="always", **LANE_FLAGS)
+
+
+def _wide(fn):
+    """:data:`_block` with two vectors of lanes an iteration (:func:`sdtw._jit.interleaved`):
+    a cell's body is long and deep, and one vector of it leaves the core idle."""
+    return interleaved(_block(fn))
 
 
 @_inline
@@ -166,7 +172,7 @@ def task_group(X, Y, ns, ms, los, his, t0, L, ig):
     return k, n, m, lo, hi, xs, dx, ex, ys, dy, ey, shared
 
 
-@_block
+@_wide
 def msm_row(xs, dx, ys, dy, i, prev, cur, j0, j1, a, b, c, gamma, ig):
     """Padded row ``cur`` (cells of row ``i``) from ``prev`` on columns ``j0 <= j < j1``:
     lane g's cell where ``a[g] <= j < b[g]``, +inf elsewhere."""
@@ -180,7 +186,7 @@ def msm_row(xs, dx, ys, dy, i, prev, cur, j0, j1, a, b, c, gamma, ig):
             cur[j + 1, g] = v if (j >= a[g]) & (j < b[g]) else _INF
 
 
-@_block
+@_wide
 def msm_row_shared(xs, dx, ex, ys, dy, ey, i, prev, cur, j0, j1, a, b, c, gamma, ig):
     """:func:`msm_row` with the transitions from one exponential of the match cost per cell
     and the steps' (``ex``, ``ey``), within ``_TINY`` and ``_BIG``, and one division for the
@@ -201,7 +207,7 @@ def msm_row_shared(xs, dx, ex, ys, dy, ey, i, prev, cur, j0, j1, a, b, c, gamma,
             cur[j + 1, g] = v if (j >= a[g]) & (j < b[g]) else _INF
 
 
-@_block
+@_wide
 def msm_row_units(xs, dx, ex, ys, dy, ey, i, R0, R1, j0, j1, c, gamma, ig, W):
     """The backward's first pass over row ``i`` (columns ``j0 <= j < j1``), with no chain
     between cells: each cell's normalised edge weights ``W[0:3]`` (diagonal, up, left; 0 where
@@ -293,7 +299,7 @@ def msm_pushes(E0, E1, W, j0, j1, gx, gy, occ):
             gy[j, g] += e * to_yp[j, g]
 
 
-@_block
+@_wide
 def msm_push_row(xs, dx, ys, dy, i, R0, R1, E0, E1, j0, j1, c, gamma, ig, gx, gy, occ):
     """Row ``i`` of the backward, columns ``j1 - 1`` down to ``j0``: ``R0``, ``R1`` the padded
     R rows ``i``, ``i + 1``; ``E1`` (final on entry at each cell) and ``E0`` the padded E rows

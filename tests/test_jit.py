@@ -107,3 +107,36 @@ def test_warmup_runs_the_paths_it_names_and_rejects_others(capsys):
         warmup.warmup(["nope"])
     with pytest.raises(SystemExit):
         warmup.main(["--jobs", "0"])
+
+
+def test_interleaved_sets_the_option_for_its_own_compiles_only(monkeypatch):
+    """A compile of an interleaved dispatcher runs with -force-vector-interleave set, and the
+    option is back at the cost model's 0 afterwards, a failed compile included."""
+    import numpy as np
+    from numba import njit
+    from numba.core.errors import TypingError
+
+    from sdtw import _jit
+
+    if not _jit._CAN_RESET:
+        pytest.skip("LLVM older than 15: interleaved is a no-op")
+    calls = []
+    real = _jit.llvm.set_option
+    monkeypatch.setattr(_jit.llvm, "set_option", lambda *a: (calls.append(a[1]), real(*a)))
+
+    @njit
+    def double(a):
+        for i in range(a.shape[0]):
+            a[i] *= 2.0
+
+    d = _jit.interleaved(double, 2)
+    a = np.arange(40.0)
+    d(a)
+    assert calls == ["-force-vector-interleave=2", "-force-vector-interleave=0"]
+    np.testing.assert_array_equal(a, 2 * np.arange(40.0))
+    calls.clear()
+    d(np.arange(3.0))  # (compiled already: no option touched)
+    assert calls == []
+    with pytest.raises(TypingError):
+        d("not an array")  # (a typing error inside the compile)
+    assert calls == ["-force-vector-interleave=2", "-force-vector-interleave=0"]

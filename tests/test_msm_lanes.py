@@ -164,3 +164,21 @@ def test_values_only_keep_two_rows_and_equal_the_full_tables(N, M, band):
         v = sdtw.soft_msm(xt, yt, gamma=0.2, c=0.6, backend="cpu")
     vg = sdtw.soft_msm(xt.clone().requires_grad_(), yt, gamma=0.2, c=0.6, backend="cpu")
     assert torch.equal(v, vg.detach())
+
+
+@pytest.mark.parametrize("gamma", [0.5, 1e-3])  # (the shared-exponential and the stable form)
+def test_every_lane_count_gives_the_same_bits(gamma):
+    """The row kernels run two vectors of lanes an iteration (sdtw._jit.interleaved), so a
+    group of 16 lanes takes the vector loop and 5 or 24 lanes its scalar remainder too: every
+    lane's value and gradients are the same bits whatever the group's width."""
+    B, N, M = 24, 13, 9
+    x, y = (t.numpy() for t in _data(B, N, M, 1, seed=7))
+    tables = _tables(B, N, M, 10**9, 10**9, None)
+    upstream = np.random.default_rng(1).standard_normal(B)
+    results = []
+    for lanes in (MSM_LANES, 5, 24):
+        v, R = msm_lane_forward(x, y, 0.8, gamma, tables, lanes=lanes)
+        results.append((v, *msm_lane_backward(x, y, 0.8, gamma, tables, R, upstream)))
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
