@@ -4,7 +4,8 @@ A task is one channel of one pair (channels are independent DPs, their values su
 thread takes a group of ``L`` tasks and sweeps the union of their tables row by row, every
 array with the lane as its last, contiguous axis, every cell a branch-free loop over the lanes
 with no libm call (:mod:`sdtw._simd`), as :mod:`sdtw.cpu_lanes` does for soft-DTW: LLVM turns
-each cell into vector code, so the row's dependency chain costs no latency.  The tables are
+each cell into vector code, and the row kernels take two vectors of lanes an iteration
+(:func:`sdtw._jit.interleaved`), so two cells' dependency chains overlap.  The tables are
 padded as in :mod:`sdtw.cpu_lanes` (``R[i + 1, j + 1]`` is cell ``(i, j)``, ``R[0, 0] = 0``,
 the rest of row and column 0 ``+inf``): the first cell, the first row and the first column are
 then the general cell with the missing candidates at ``+inf``.
