@@ -180,5 +180,5 @@ def test_every_lane_count_gives_the_same_bits(gamma):
         v, R = msm_lane_forward(x, y, 0.8, gamma, tables, lanes=lanes)
         results.append((v, *msm_lane_backward(x, y, 0.8, gamma, tables, R, upstream)))
     for other in results[1:]:
-        for a, b in zip(results[0], other):
+        for a, b in zip(results[0], other, strict=True):
             np.testing.assert_array_equal(a, b)
