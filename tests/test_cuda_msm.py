@@ -200,12 +200,12 @@ def test_costs_steps_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths
 
 
 def test_the_rule_for_bands():
-    assert _bands(512, 32, 132) == 16  # B = 32 on an H100: 16 bands of 32 rows
-    assert _shape(32, 16 * 32, 132) == (1, 1)  # (a band: a warp, a row a lane)
-    assert _bands(1024, 32, 132) == 16 and _bands(2048, 1, 132) == 64
+    assert _bands(512, 32, 132) == 4  # B = 32 on an H100: 4 bands of 128 rows
+    assert _shape(128, 4 * 32, 132) == (1, 4)  # (a band: a warp for each sub-partition)
+    assert _bands(1024, 32, 132) == 4 and _bands(2048, 1, 132) == 16
     assert _bands(MAX_N + 1, 1, 132) == 1  # (past MAX_N: the diagonal kernels)
     assert _bands(512, 67, 132) == 1  # tasks enough for every other SM: one block a task
-    assert _bands(128, 1, 132) == 1 and _bands(129, 1, 132) == 5
+    assert _bands(128, 1, 132) == 1 and _bands(129, 1, 132) == 2
     assert _bands(512, 1, 0) == 1  # (the simulator: bands only where asked for)
 
 
@@ -334,7 +334,7 @@ def test_gpu_every_shape_of_the_rule(rng, N, dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_gpu_bands_are_the_one_block_bits(rng, dtype):
-    """At the benchmark's size (B = 32, N = M = 512: the rule's 16 bands of 32 rows, every
+    """At the benchmark's size (B = 32, N = M = 512: the rule's 4 bands of 128 rows, every
     band waiting on its neighbour's hand-over values), the same bits as one block of 16 warps
     per task, values and gradients; the same with two channels, a band of the table and
     per-pair lengths (some pairs' rows end in the first band); and 16 bands at N = 2048 against

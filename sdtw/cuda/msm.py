@@ -22,8 +22,7 @@ steps' dependency chains (``R``, and ``G`` in the backward) sit in registers; it
 ``x_{i-1}`` of its first row in a register.
 Neighbouring threads hand values over through shared memory, double-buffered by step parity,
 one block barrier per step (a barrier serves the warps' boundaries; the barrier and the
-waits it puts on a step are a large part of a step's time: ``docs/measures.md``); in a block
-of one warp, by shuffles, with no block barrier.
+waits it puts on a step are a large part of a step's time: ``docs/measures.md``).
 
 * Forward, a skewed wavefront from the top left: at step ``s`` thread ``t`` computes column
   ``j = s - t`` for its rows top to bottom,
@@ -65,14 +64,12 @@ simulator; on a GPU the compiler fuses a multiply-add in the step that it cannot
 steps (a rounding's difference: within 1e-13 relative).
 
 Bands (:func:`_bands`: where the tasks leave SMs idle, e.g. B = 32 on an H100's 132): a task's
-rows split into bands of ``32 W ROWS`` rows (the rule's: one warp, a row a lane), a block
-each, so that a task's steps run on several SMs with fewer cells each, and without a block
-barrier where a band is one warp.  What crosses a band's edge goes through global memory as
+rows split into bands of ``32 W ROWS`` rows, a block each, so that a task's steps run on
+several SMs with fewer cells each.  What crosses a band's edge goes through global memory as
 float64 bits in int64 buffers pre-filled with ``SENTINEL`` (a value says by itself whether it
 has been written, as in :mod:`sdtw.cuda.kernels.handoff`): forward, the band's last row, one
-value per column, which the band below's first warp reads a group of columns at a time (32,
-``LANE_GROUP`` for one-warp bands, whose band below then trails less), one group ahead;
-backward, what the band's first row pushes into the row above and gy's
+value per column, which the band below's first warp reads a group of 32 columns at a time,
+one group ahead; backward, what the band's first row pushes into the row above and gy's
 partial sums at each column (right to left), read the same way by the band above's last
 thread's warp, and at the end what the first row's up edges owe ``x`` of the row above.
 Blocks take tickets (an atomic counter) and derive their (band, task) from them, top band
@@ -109,8 +106,6 @@ from sdtw.cuda.kernels.primitives import (
     fast_rcp,
     fast_rsqrt,
     from_bits,
-    from_next_lane,
-    from_prev_lane,
     log2,
     narrow,
     poll,
@@ -472,24 +467,22 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
 
 
 @device
-def _take_group(bnd, base, col0, limit, pref, grp, group):
-    """The calling warp's group of ``group`` (a power of two up to 32) hand-over values,
-    columns ``col0 + lane`` of the row at flat index ``base`` of ``bnd`` (float64 bits,
-    ``SENTINEL`` until written; columns ``>= limit`` read as +inf), lanes ``< group``:
-    ``pref`` holds each lane's bits read a group earlier; wait until all are written, store
-    them in the shared ``grp`` and return the bits of the next group, read now so that its
-    latency overlaps this group's steps."""
+def _take_group(bnd, base, col0, limit, pref, grp):
+    """The calling warp's group of 32 hand-over values, columns ``col0 + lane`` of the row at
+    flat index ``base`` of ``bnd`` (float64 bits, ``SENTINEL`` until written; columns
+    ``>= limit`` read as +inf): ``pref`` holds each lane's bits read a group earlier; wait
+    until all are written, store them in the shared ``grp`` and return the bits of the next
+    group, read now so that its latency overlaps this group's steps."""
     lane = cuda.threadIdx.x % WARP
     col = col0 + lane
-    mine = lane < group and col < limit
+    mine = col < limit
     while any_lane(mine and pref == SENTINEL):
         if mine and pref == SENTINEL:
             pref = poll(bnd, base + col)
     sync_band()  # (the warp is done with the group before)
-    if lane < group:
-        grp[lane] = from_bits(pref) if mine else INF
+    grp[lane] = from_bits(pref) if mine else INF
     sync_band()
-    return poll(bnd, base + min(col + group, limit - 1))
+    return poll(bnd, base + min(col + WARP, limit - 1))
 
 
 @device
@@ -513,10 +506,6 @@ def _wavefront(
     T = WARP * warps
     BR = T * rows  # (a band's rows)
     ahead = depth > 0
-    # (one warp: the hand-overs between threads by shuffles, no block barrier, and a band's
-    # hand-over in groups of LANE_GROUP columns, the band below trailing less)
-    lanes = warps == 1
-    G = LANE_GROUP if lanes else WARP
     A = max(depth, 1)  # (the local arrays' columns)
     forward_row, backward_row, forward_cell, costs_row, backward_chain, backward_next, first_w = (
         _row_functions(fast, A)
@@ -551,7 +540,6 @@ def _wavefront(
         i0 = top + th * rows
         used = min((n - top + rows - 1) // rows, T)  # threads with rows
         hand = cuda.shared.array((2, T), float64)  # each thread's bottom row, by step parity
-        xch = cuda.shared.array((2, T), float64)  # (lanes: the simulator's shuffles)
         Rs = cuda.local.array(rows, float64)  # the strip's column j - 1, then j
         xs = cuda.shared.array((rows, T), float64)  # (off the chain: registers for Rs)
         grp = cuda.shared.array(WARP, float64)  # the row above the band, a group of columns
@@ -579,24 +567,21 @@ def _wavefront(
             y_after = y[b, min(max(A - th, 0), m - 1), d]
         hand[0, th] = hand[1, th] = INF  # (ahead: written by active steps only)
         for s in range(m + used - 1):
-            if lanes:  # (the lane above's bottom row of the step before)
-                up_lane = from_prev_lane(bot, xch, s & 1)
-            else:
-                if not ahead:
-                    hand[s & 1, th] = bot
-                cuda.syncthreads()
+            if not ahead:
+                hand[s & 1, th] = bot
+            cuda.syncthreads()
             j = s - th
-            if fed and (s & (G - 1)) == 0 and s < m:
-                pref = _take_group(bnd, row_in, s, m, pref, grp, G)
+            if fed and (s & (WARP - 1)) == 0 and s < m:
+                pref = _take_group(bnd, row_in, s, m, pref, grp)
             if th == 0:
                 if split and band > 0:
-                    up = grp[s & (G - 1)] if s < m else INF
+                    up = grp[s & (WARP - 1)] if s < m else INF
                     diag = up_prev
                 else:
                     up = INF
                     diag = 0.0 if j == 0 else INF  # (R[0, 0] = (x_0 - y_0)^2 exactly)
             else:
-                up = up_lane if lanes else hand[s & 1, th - 1]
+                up = hand[s & 1, th - 1]
                 diag = up_prev
             up_prev = up
             if ahead:
@@ -618,8 +603,7 @@ def _wavefront(
                 if split:
                     st_if(bnd, row_out + j, as_bits(bot), feeds)
                 if ahead:  # (the next step's hand-over now, then column j + A's costs)
-                    if not lanes:
-                        hand[(s + 1) & 1, th] = bot
+                    hand[(s + 1) & 1, th] = bot
                     costs(0, (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1), x_above)
         for k in range(rows):  # (the last column's R[n - 1, m - 1]: the task's value)
             if i0 + k == n - 1:
@@ -648,8 +632,6 @@ def _wavefront(
         mine = i0 < n
         hand = cuda.shared.array((2, T), float64)  # pushed into the row above, by step parity
         hand_y = cuda.shared.array((2, T), float64)  # gy's partial sums, by step parity
-        xch = cuda.shared.array((2, T), float64)  # (lanes: the simulator's shuffles)
-        xch_y = cuda.shared.array((2, T), float64)
         Rs = cuda.local.array(rows, float64)  # R of the strip's column j, then j - 1
         Rn = cuda.local.array(rows, float64)  # R of the strip's column j - 1, then j - 2
         Gs = cuda.local.array(rows, float64)  # pushed into the strip's column j so far
@@ -701,24 +683,20 @@ def _wavefront(
         gy_send = 0.0  # gy at this step's column: this thread's part and the ones' below
         gy_carry = 0.0  # what the step before owed y_{j-1}: this step's y_j
         for s in range(m + last):
-            if lanes:  # (the lane below's pushes of the step before)
-                G_lane = from_next_lane(send, xch, s & 1)
-                gy_lane = from_next_lane(gy_send, xch_y, s & 1)
-            else:
-                if not ahead:  # (ahead: written by active steps, as soon as known)
-                    hand[s & 1, th] = send
-                    hand_y[s & 1, th] = gy_send
-                cuda.syncthreads()
-            if fed and (s & (G - 1)) == 0 and s < m:
-                pref_g = _take_group(bnd_g, row_in, s, m, pref_g, grp_g, G)
-                pref_y = _take_group(bnd_y, row_in, s, m, pref_y, grp_y, G)
+            if not ahead:  # (ahead: written by active steps, as soon as known)
+                hand[s & 1, th] = send
+                hand_y[s & 1, th] = gy_send
+            cuda.syncthreads()
+            if fed and (s & (WARP - 1)) == 0 and s < m:
+                pref_g = _take_group(bnd_g, row_in, s, m, pref_g, grp_g)
+                pref_y = _take_group(bnd_y, row_in, s, m, pref_y, grp_y)
             G_below = gy_below = 0.0
             if th < last:
-                G_below = G_lane if lanes else hand[s & 1, th + 1]
-                gy_below = gy_lane if lanes else hand_y[s & 1, th + 1]
+                G_below = hand[s & 1, th + 1]
+                gy_below = hand_y[s & 1, th + 1]
             elif fed_band and s < m:  # (the last thread, column m - 1 - s)
-                G_below = grp_g[s & (G - 1)]
-                gy_below = grp_y[s & (G - 1)]
+                G_below = grp_g[s & (WARP - 1)]
+                gy_below = grp_y[s & (WARP - 1)]
             j = j0 - s
             yj, yp = ya, yb
             ya = yb
@@ -741,7 +719,7 @@ def _wavefront(
                 match_top = o_match
                 gy_send = gyj
                 gy_carry = gyp
-                if ahead and not lanes:  # (the next step's hand-over now)
+                if ahead:  # (the next step's hand-over now)
                     hand[(s + 1) & 1, th] = send
                     hand_y[(s + 1) & 1, th] = gyj
                 if th == 0 and band == 0:
@@ -756,17 +734,12 @@ def _wavefront(
                 jn = j - 2 - sh  # (the column after Rn's)
                 R_above_next = R[task, i0 - 1, jn] if (above and jn >= 0) else INF
         p = (m + last) & 1
-        if lanes:
-            gx_lane = from_next_lane(gx_above, xch, p)
-        else:
-            hand[p, th] = gx_above
-            cuda.syncthreads()
+        hand[p, th] = gx_above
+        cuda.syncthreads()
         if split:
             st_if(bnd_x, task * bands + band - 1, as_bits(gx_above), feeds)
         if mine:
-            extra = 0.0
-            if th < last:  # (what thread + 1 owes the last row)
-                extra = gx_lane if lanes else hand[p, th + 1]
+            extra = hand[p, th + 1] if th < last else 0.0  # what thread + 1 owes the last row
             if fed_band and th == last:
                 extra = _wait_value(bnd_x, task * bands + band)
             for k in range(rows):
@@ -777,25 +750,23 @@ def _wavefront(
     return forward, backward
 
 
-#: The fewest rows a task splits into bands (:func:`_bands`).
+#: A band's rows where a task's rows are split over several SMs (:func:`_bands`): 4 warps of a
+#: row a thread, a warp for each of the SM's sub-partitions.
 BAND_ROWS = 4 * WARP
-#: Columns a one-warp band hands to the band below at a time (:func:`_take_group`).
-LANE_GROUP = 8
 
 
 def _bands(N: int, tasks: int, sms: int) -> int:
     """Bands per task: 1 where the tasks give at least every other SM one (or in the
-    simulator, ``sms = 0``, up to ``BAND_ROWS`` rows, or past ``MAX_N`` rows), else a band of
-    a warp (32 rows, a row a lane) for every 32 rows, at most 4 a task's share of the SMs
-    (a warp for each sub-partition).
+    simulator, ``sms = 0``, or past ``MAX_N`` rows), else up to one per ``BAND_ROWS`` rows and
+    at most the SMs per task.
 
     A task's rows are a chain of dependencies that one block runs a step at a time; at B = 32,
-    N = 512 one block of 16 warps per task left 100 of an H100's 132 SMs idle.  One-warp
-    bands hand values between their lanes by shuffles, with no block barrier in a step, and
-    to the band below in groups of ``LANE_GROUP`` columns (see the module's docstring)."""
+    N = 512 one block of 16 warps per task leaves most of an H100's 132 SMs idle, and bands on
+    SMs of their own take less time (``docs/measures.md``), the band below trailing the one
+    above by its own rows' steps plus a group of hand-over values (the module's docstring)."""
     if sms == 0 or 2 * tasks > sms or N <= BAND_ROWS or N > MAX_N:
         return 1  # (past MAX_N: the diagonal kernels)
-    return min(-(-N // WARP), 4 * sms // tasks)
+    return min(-(-N // BAND_ROWS), sms // tasks)
 
 
 def _depth(rows: int) -> int:
