@@ -56,10 +56,12 @@ def interleaved(dispatcher, count: int = 2):
     keeps one vector per iteration and the out-of-order window holds about one cell: with two
     vectors' instructions side by side, two cells' dependency chains overlap.  The vector loop
     then takes ``count`` vectors of lanes at once (16 float64 lanes with AVX-512); fewer lanes
-    run in its scalar remainder.  A no-op where LLVM is older than 15."""
-    if not _CAN_RESET:
+    run in its scalar remainder.  A no-op where LLVM is older than 15 or Numba's JIT is off
+    (``NUMBA_DISABLE_JIT``: ``dispatcher`` is then the Python function).  The option is reset
+    to 0, not to a value set outside (``llvmlite.binding.set_option`` cannot read it back)."""
+    compile_ = getattr(dispatcher, "compile", None)
+    if not _CAN_RESET or compile_ is None:
         return dispatcher
-    compile_ = dispatcher.compile
 
     def compile(sig):
         with global_compiler_lock:
