@@ -74,8 +74,9 @@ _inline = njit(cache=True, nogil=True, inline="always", **LANE_FLAGS)
 
 def _wide(fn):
     """:data:`_block` with two vectors of lanes an iteration (:func:`sdtw._jit.interleaved`):
-    a cell's body is long and deep, and one vector of it leaves the core idle."""
-    return interleaved(_block(fn))
+    a cell's body is long and deep, and one vector of it leaves the core idle.  (The count is
+    not in Numba's cache keys: change it here, where a change invalidates this module's.)"""
+    return interleaved(_block(fn), 2)
 
 
 @_inline

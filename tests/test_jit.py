@@ -110,8 +110,9 @@ def test_warmup_runs_the_paths_it_names_and_rejects_others(capsys):
 
 
 def test_interleaved_sets_the_option_for_its_own_compiles_only(monkeypatch):
-    """A compile of an interleaved dispatcher runs with -force-vector-interleave set, and the
-    option is back at the cost model's 0 afterwards, a failed compile included."""
+    """A compile of an interleaved dispatcher runs with -force-vector-interleave set, first
+    call or a caller's compile, nested ones with their own count, and the option is back at the
+    enclosing count or the cost model's 0 afterwards, a failed compile included."""
     import numpy as np
     from numba import njit
     from numba.core.errors import TypingError
@@ -123,6 +124,7 @@ def test_interleaved_sets_the_option_for_its_own_compiles_only(monkeypatch):
     calls = []
     real = _jit.llvm.set_option
     monkeypatch.setattr(_jit.llvm, "set_option", lambda *a: (calls.append(a[1]), real(*a)))
+    flag = "-force-vector-interleave="
 
     @njit
     def double(a):
@@ -130,13 +132,64 @@ def test_interleaved_sets_the_option_for_its_own_compiles_only(monkeypatch):
             a[i] *= 2.0
 
     d = _jit.interleaved(double, 2)
+    assert d._interleave == 2
     a = np.arange(40.0)
     d(a)
-    assert calls == ["-force-vector-interleave=2", "-force-vector-interleave=0"]
+    assert calls == [flag + "2", flag + "0"]
     np.testing.assert_array_equal(a, 2 * np.arange(40.0))
     calls.clear()
     d(np.arange(3.0))  # (compiled already: no option touched)
     assert calls == []
     with pytest.raises(TypingError):
         d("not an array")  # (a typing error inside the compile)
-    assert calls == ["-force-vector-interleave=2", "-force-vector-interleave=0"]
+    assert calls == [flag + "2", flag + "0"]
+
+    @njit
+    def triple(a):
+        for i in range(a.shape[0]):
+            a[i] *= 3.0
+
+    t = _jit.interleaved(triple, 2)
+
+    @njit
+    def outer(a):
+        t(a)
+        for i in range(a.shape[0]):
+            a[i] += 1.0
+
+    calls.clear()
+    outer(a)  # (the caller compiles first; t compiles inside its compile, asked twice)
+    assert calls and calls == [flag + "2", flag + "0"] * (len(calls) // 2)
+    np.testing.assert_array_equal(a, 6 * np.arange(40.0) + 1)
+
+    @njit
+    def quadruple(a):
+        for i in range(a.shape[0]):
+            a[i] *= 4.0
+
+    q = _jit.interleaved(quadruple, 3)
+
+    @njit
+    def wrapper(a):
+        q(a)
+
+    w = _jit.interleaved(wrapper, 4)
+    calls.clear()
+    w(a)
+    inner = [flag + "3", flag + "4"]
+    assert calls[0] == flag + "4" and calls[-1] == flag + "0" and len(calls) >= 4
+    assert calls[1:-1] == inner * ((len(calls) - 2) // 2)
+    with pytest.raises(ValueError, match="count"):
+        _jit.interleaved(double, 0)
+
+
+def test_the_soft_msm_row_kernels_are_interleaved():
+    """Which CPU kernels compile interleaved (sdtw._jit.interleaved): the four row kernels,
+    not the pushes pass (slower so)."""
+    from sdtw import _jit, cpu_msm_lanes
+
+    if not _jit._CAN_RESET:
+        pytest.skip("LLVM older than 15: interleaved is a no-op")
+    for name in ["msm_row", "msm_row_shared", "msm_row_units", "msm_push_row"]:
+        assert getattr(cpu_msm_lanes, name)._interleave == 2, name
+    assert not hasattr(cpu_msm_lanes.msm_pushes, "_interleave")

@@ -168,9 +168,10 @@ def test_values_only_keep_two_rows_and_equal_the_full_tables(N, M, band):
 
 @pytest.mark.parametrize("gamma", [0.5, 1e-3])  # (the shared-exponential and the stable form)
 def test_every_lane_count_gives_the_same_bits(gamma):
-    """The row kernels run two vectors of lanes an iteration (sdtw._jit.interleaved), so a
-    group of 16 lanes takes the vector loop and 5 or 24 lanes its scalar remainder too: every
-    lane's value and gradients are the same bits whatever the group's width."""
+    """The row kernels run two vectors of lanes an iteration (sdtw._jit.interleaved), so
+    groups of 5, 16 and 24 lanes take the vector loop and its remainder in different shares
+    (which, depends on the vector width): every lane's value and gradients are the same bits
+    whatever the group's width."""
     B, N, M = 24, 13, 9
     x, y = (t.numpy() for t in _data(B, N, M, 1, seed=7))
     tables = _tables(B, N, M, 10**9, 10**9, None)
