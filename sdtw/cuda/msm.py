@@ -958,6 +958,25 @@ def _multiprocessors(device: torch.device) -> int:
 
 
 _dummies: dict[torch.device, torch.Tensor] = {}
+_uniform: dict[tuple, torch.Tensor] = {}
+
+
+def _device_tables(tables: tuple, dev: torch.device) -> torch.Tensor:
+    """``tables`` (four int64 NumPy arrays (B,)) as one (4, B) int64 tensor on ``dev``.  Where
+    every pair has the same entries (no per-pair lengths: the usual case) a copy kept from an
+    earlier call (read only): a copy from host memory waits for the stream's queued work
+    (torch synchronises a blocking host-to-device copy), so each call would drain the GPU's
+    queue before its kernels."""
+    arr = np.stack(tables).astype(np.int64)
+    if arr.shape[1] == 0 or not (arr == arr[:, :1]).all():
+        return torch.from_numpy(arr).to(dev)
+    key = (dev, arr.shape[1], *arr[:, 0].tolist())
+    t = _uniform.get(key)
+    if t is None:
+        if len(_uniform) >= 64:  # (shapes come and go: keep the table small)
+            _uniform.clear()
+        t = _uniform[key] = torch.from_numpy(arr).to(dev)
+    return t
 
 
 def msm_cuda(
@@ -991,7 +1010,7 @@ def msm_cuda(
     M = b.shape[1]
     dev = a.device
     # (one copy to the device, not one per table)
-    ns, ms, los, his = torch.from_numpy(np.stack(tables).astype(np.int64)).to(dev)
+    ns, ms, los, his = _device_tables(tables, dev)
     args = (a, b, float(c), float(gamma), ns, ms, los, his)
     sms = _multiprocessors(dev)
     forced = current_overrides()
