@@ -42,13 +42,14 @@ def pair_offsets(
     ns: np.ndarray, ms: np.ndarray, bandwidth: float | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`band_offsets` of each pair of a variable-length batch: int64 arrays ``(lo, hi)``
-    (B,) from its lengths ``ns``, ``ms`` (integer arrays (B,)), each pair's band following its
-    own lengths."""
-    ns, ms = np.asarray(ns, np.int64), np.asarray(ms, np.int64)
+    (B,) from its lengths ``ns``, ``ms`` (integer arrays (B,); int64 torch tensors stay
+    tensors on their device), each pair's band following its own lengths."""
+    if not (hasattr(ns, "to") and hasattr(ms, "to")):  # (NumPy; torch tensors as they are)
+        ns, ms = np.asarray(ns, np.int64), np.asarray(ms, np.int64)
     if bandwidth is None or not bandwidth > 0 or bandwidth == math.inf:
         return ns + ms, ns + ms
-    r = np.minimum(int(min(math.floor(bandwidth), 2**62)), ns + ms)
-    return r + np.maximum(ns - ms, 0), r + np.maximum(ms - ns, 0)
+    r = (ns + ms).clip(max=int(min(math.floor(bandwidth), 2**62)))
+    return r + (ns - ms).clip(min=0), r + (ms - ns).clip(min=0)
 
 
 def band_radius(N: int, M: int, bandwidth: float | None) -> int:

@@ -15,7 +15,8 @@ import torch
 import sdtw
 from sdtw.band import band_offsets, pair_offsets
 from sdtw.cpu import _tables
-from sdtw.cuda.msm import MAX_N, _bands, _depth, _device_tables, _shape, msm_cuda
+from sdtw.cuda.msm import MAX_N, _bands, _depth, _shape, msm_cuda
+from sdtw.cuda.tables import device_tables
 from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
 from tests.conftest import requires_gpu, requires_sim
 
@@ -367,15 +368,16 @@ def test_gpu_bands_are_the_one_block_bits(rng, dtype):
 @requires_sim
 def test_tables_without_per_pair_entries_are_copied_to_the_device_once():
     """The (4, B) tables go to the device once per (device, B, entries) where every pair has
-    the same (a host-to-device copy waits for the stream's queued work); per-pair lengths are
-    copied each call; the tensors hold the tables either way."""
+    the same (a blocking host-to-device copy waits for the stream's queued work); per-pair
+    tables are copied each call, a tensor passes as it is; the tensors hold the tables."""
     dev = torch.device("cpu")  # (the simulator's tensors)
     uniform = _tables_of(3, 9, 7, 2, None)
-    first = _device_tables(uniform, dev)
-    assert _device_tables(_tables_of(3, 9, 7, 2, None), dev) is first
+    first = device_tables(uniform, dev)
+    assert device_tables(_tables_of(3, 9, 7, 2, None), dev) is first
     np.testing.assert_array_equal(first.numpy(), np.stack(uniform))
-    assert _device_tables(_tables_of(4, 9, 7, 2, None), dev) is not first  # (another B)
+    assert device_tables(_tables_of(4, 9, 7, 2, None), dev) is not first  # (another B)
     per_pair = _tables_of(3, 40, 12, 2, ([40, 17, 1], [12, 3, 5]))
-    a, b = _device_tables(per_pair, dev), _device_tables(per_pair, dev)
+    a, b = device_tables(per_pair, dev), device_tables(per_pair, dev)
     assert a is not b
     np.testing.assert_array_equal(a.numpy(), np.stack(per_pair))
+    assert device_tables(a, dev) is a

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from sdtw.cuda import import_numba_cuda, simulator_enabled
 from sdtw.cuda._launch import numba_stream as _stream
 from sdtw.cuda._launch import numba_view as _arr
+from sdtw.cuda.tables import device_tables
 
 cuda = import_numba_cuda()
 
@@ -82,15 +82,16 @@ def _backtrack(R, ns, ms, grad_out, E):
 
 def dtw_cuda(cost: torch.Tensor, tables: tuple, need: bool, grad_out=None) -> tuple:
     """Values (B,) and, with ``need``, ``E * grad_out`` (B, N, M) of a cost (B, N, M) (float32
-    or float64, on the GPU or, under the simulator, the CPU); ``tables``: int64 NumPy arrays
-    ``(n, m, lo, hi)`` (B,) of each pair's lengths and band offsets; ``grad_out`` (B,) or
-    None (ones).  No autograd."""
+    or float64, on the GPU or, under the simulator, the CPU); ``tables``: each pair's lengths
+    and band offsets ``(n, m, lo, hi)``, int64 NumPy arrays (B,) or a tensor (4, B)
+    (:func:`sdtw.cuda.tables.device_tables`); ``grad_out`` (B,) or None (ones).  No
+    autograd."""
     c = cost.detach().contiguous()
     if c.dtype not in (torch.float32, torch.float64):
         c = c.float()
     B, N, M = c.shape
     dev = c.device
-    ns, ms, los, his = (torch.from_numpy(np.array(a)).to(dev) for a in tables)
+    ns, ms, los, his = device_tables(tables, dev)
     R = torch.empty((B, N + 1, M + 1), dtype=c.dtype, device=dev)
     stream = _stream(dev)
     threads = 8 if simulator_enabled() else 128

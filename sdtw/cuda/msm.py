@@ -90,7 +90,6 @@ from __future__ import annotations
 import functools
 import math
 
-import numpy as np
 import torch
 from numba import cuda, float32, float64, int64
 
@@ -112,6 +111,7 @@ from sdtw.cuda.kernels.primitives import (
     st_if,
     sync_band,
 )
+from sdtw.cuda.tables import device_tables
 from sdtw.msm_reference import GATE_EPS
 
 __all__ = ["MAX_N", "msm_cuda"]
@@ -958,25 +958,6 @@ def _multiprocessors(device: torch.device) -> int:
 
 
 _dummies: dict[torch.device, torch.Tensor] = {}
-_uniform: dict[tuple, torch.Tensor] = {}
-
-
-def _device_tables(tables: tuple, dev: torch.device) -> torch.Tensor:
-    """``tables`` (four int64 NumPy arrays (B,)) as one (4, B) int64 tensor on ``dev``.  Where
-    every pair has the same entries (no per-pair lengths: the usual case) a copy kept from an
-    earlier call (read only): a copy from host memory waits for the stream's queued work
-    (torch synchronises a blocking host-to-device copy), so each call would drain the GPU's
-    queue before its kernels."""
-    arr = np.stack(tables).astype(np.int64)
-    if arr.shape[1] == 0 or not (arr == arr[:, :1]).all():
-        return torch.from_numpy(arr).to(dev)
-    key = (dev, arr.shape[1], *arr[:, 0].tolist())
-    t = _uniform.get(key)
-    if t is None:
-        if len(_uniform) >= 64:  # (shapes come and go: keep the table small)
-            _uniform.clear()
-        t = _uniform[key] = torch.from_numpy(arr).to(dev)
-    return t
 
 
 def msm_cuda(
@@ -992,8 +973,9 @@ def msm_cuda(
     ahead: int | None = None,
 ) -> tuple:
     """Values (B,) and, with ``need``, the gradients wrt x (B, N, D) and y (B, M, D) of
-    Soft-MSM, float64; ``tables``: int64 NumPy arrays ``(n, m, lo, hi)`` (B,) of each pair's
-    lengths and band offsets.  No autograd.
+    Soft-MSM, float64; ``tables``: each pair's lengths and band offsets ``(n, m, lo, hi)``,
+    int64 NumPy arrays (B,) or a tensor (4, B) (:func:`sdtw.cuda.tables.device_tables`).  No
+    autograd.
 
     The wavefront kernels where a band's rows fit (``MAX_N``): a (pair, channel) task's rows
     in ``bands`` bands (None: ``sdtw.cuda.config.overrides(msm_bands=...)``'s, else
@@ -1010,7 +992,7 @@ def msm_cuda(
     M = b.shape[1]
     dev = a.device
     # (one copy to the device, not one per table)
-    ns, ms, los, his = _device_tables(tables, dev)
+    ns, ms, los, his = device_tables(tables, dev)
     args = (a, b, float(c), float(gamma), ns, ms, los, his)
     sms = _multiprocessors(dev)
     forced = current_overrides()

@@ -41,9 +41,17 @@ def _band(plan, N: int, M: int, pairs: Pairs) -> tuple:
     return band_radius(N, M, plan.bandwidth), 0, lens
 
 
+def _pair_tables(pairs: Pairs, bandwidth) -> torch.Tensor:
+    """Each pair's ``n, m, lo, hi`` as one int64 tensor (4, B) on the lengths' device, made
+    there (no copy to the host and back, each a synchronisation)."""
+    ns, ms = pairs.x_lengths.to(torch.int64), pairs.y_lengths.to(torch.int64)
+    return torch.stack([ns, ms, *pair_offsets(ns, ms, bandwidth)])
+
+
 def _dtw(plan, cost: torch.Tensor, pairs: Pairs, need: bool, grad_out=None) -> tuple:
     """Exact DTW's values and E by its own kernels (:mod:`sdtw.cuda.dtw`), each pair's band
-    offsets and lengths in NumPy tables as the CPU kernels take them."""
+    offsets and lengths in NumPy tables as the CPU kernels take them, or, with per-pair
+    lengths, in a tensor made on the device (:func:`_pair_tables`)."""
     from sdtw.cpu import _tables
     from sdtw.cuda.dtw import dtw_cuda
 
@@ -52,8 +60,7 @@ def _dtw(plan, cost: torch.Tensor, pairs: Pairs, need: bool, grad_out=None) -> t
         lo, hi = band_offsets(N, M, plan.bandwidth)
         tables = _tables(B, N, M, lo, hi, None)
     else:
-        lens = (pairs.x_lengths.cpu().numpy(), pairs.y_lengths.cpu().numpy())
-        tables = _tables(B, N, M, *pair_offsets(*lens, plan.bandwidth), lens)
+        tables = _pair_tables(pairs, plan.bandwidth)
     values, E = dtw_cuda(cost, tables, need, grad_out)
     return values.to(cost.dtype), None if E is None else E.to(cost.dtype)
 
@@ -192,7 +199,7 @@ class CUDABackend(Backend):
     def sequence_value_and_grads(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
         """Soft-MSM's kernels (:mod:`sdtw.cuda.msm`: float64 R, float32 transcendentals for
         float32 inputs), each pair's band offsets and lengths in NumPy tables as the CPU
-        kernels take them."""
+        kernels take them, or, with per-pair lengths, in a tensor made on the device."""
         from sdtw.cpu import _tables
         from sdtw.cuda.msm import msm_cuda
 
@@ -200,8 +207,7 @@ class CUDABackend(Backend):
         if pairs.x_lengths is None:
             tables = _tables(B, N, M, *band_offsets(N, M, plan.bandwidth), None)
         else:
-            lens = (pairs.x_lengths.cpu().numpy(), pairs.y_lengths.cpu().numpy())
-            tables = _tables(B, N, M, *pair_offsets(*lens, plan.bandwidth), lens)
+            tables = _pair_tables(pairs, plan.bandwidth)
         c = plan.recurrence.param("c")
         values, gx, gy = msm_cuda(x, y, c, plan.gamma, tables, need_x or need_y)
         gx = gx.to(x.dtype) if need_x else None
