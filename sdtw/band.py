@@ -38,18 +38,20 @@ def band_offsets(N: int, M: int, bandwidth: float | None) -> tuple[int, int]:
     return r + max(N - M, 0), r + max(M - N, 0)
 
 
-def pair_offsets(
-    ns: np.ndarray, ms: np.ndarray, bandwidth: float | None
-) -> tuple[np.ndarray, np.ndarray]:
+def pair_offsets(ns, ms, bandwidth: float | None) -> tuple:
     """:func:`band_offsets` of each pair of a variable-length batch: int64 arrays ``(lo, hi)``
-    (B,) from its lengths ``ns``, ``ms`` (integer arrays (B,); int64 torch tensors stay
-    tensors on their device), each pair's band following its own lengths."""
-    if not (hasattr(ns, "to") and hasattr(ms, "to")):  # (NumPy; torch tensors as they are)
+    (B,) from its lengths ``ns``, ``ms`` (integer arrays (B,), or both torch tensors: int64
+    tensors on their device then), each pair's band following its own lengths."""
+    if hasattr(ns, "long") and hasattr(ms, "long"):  # (torch tensors, where they are)
+        ns, ms = ns.long(), ms.long()
+    else:
         ns, ms = np.asarray(ns, np.int64), np.asarray(ms, np.int64)
+    total = ns + ms
     if bandwidth is None or not bandwidth > 0 or bandwidth == math.inf:
-        return ns + ms, ns + ms
-    r = (ns + ms).clip(max=int(min(math.floor(bandwidth), 2**62)))
-    return r + (ns - ms).clip(min=0), r + (ms - ns).clip(min=0)
+        return total, total
+    r = total.clip(max=int(min(math.floor(bandwidth), 2**62)))
+    d = ns - ms
+    return r + d.clip(min=0), r + (-d).clip(min=0)
 
 
 def band_radius(N: int, M: int, bandwidth: float | None) -> int:

@@ -381,3 +381,10 @@ def test_tables_without_per_pair_entries_are_copied_to_the_device_once():
     assert a is not b
     np.testing.assert_array_equal(a.numpy(), np.stack(per_pair))
     assert device_tables(a, dev) is a
+    with pytest.raises(ValueError, match="tables"):
+        device_tables(a.T.contiguous(), dev)
+    # (the entries are part of the key; the kernels leave the kept tensor as it was)
+    assert device_tables(_tables_of(3, 9, 7, 3, None), dev) is not first
+    x, y = torch.randn(3, 9, 1, dtype=torch.float64), torch.randn(3, 7, 1, dtype=torch.float64)
+    msm_cuda(x, y, C, GAMMA, _tables_of(3, 9, 7, 2, None), True)
+    np.testing.assert_array_equal(first.numpy(), np.stack(uniform))

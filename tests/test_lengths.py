@@ -165,9 +165,9 @@ def test_pair_offsets_follow_tslearn_per_pair():
             assert np.array_equal((d >= -a) & (d <= b), sakoe_chiba_mask(n, m, r))
     assert band_radius(9, 7, None) == -1 and band_radius(9, 7, 2.7) == 2
     assert band_radius(9, 7, 1e30) == 16
-    # int64 tensors (the CUDA path's lengths) stay tensors, with the same offsets
+    # torch tensors (the CUDA path's lengths) stay tensors, int64, with the same offsets
     for r in (None, 0, 1, 2.7, 100, 1e30):
-        got = pair_offsets(torch.from_numpy(ns), torch.from_numpy(ms), r)
+        got = pair_offsets(torch.from_numpy(ns).int(), torch.from_numpy(ms), r)
         for t, want in zip(got, pair_offsets(ns, ms, r), strict=True):
             assert isinstance(t, torch.Tensor) and t.dtype == torch.int64
             np.testing.assert_array_equal(t.numpy(), want)

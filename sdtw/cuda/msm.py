@@ -991,7 +991,6 @@ def msm_cuda(
     B, N, D = a.shape
     M = b.shape[1]
     dev = a.device
-    # (one copy to the device, not one per table)
     ns, ms, los, his = device_tables(tables, dev)
     args = (a, b, float(c), float(gamma), ns, ms, los, his)
     sms = _multiprocessors(dev)

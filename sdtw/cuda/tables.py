@@ -13,20 +13,29 @@ _uniform: dict[tuple, torch.Tensor] = {}
 
 def device_tables(tables, dev: torch.device) -> torch.Tensor:
     """``tables`` on ``dev`` as one int64 tensor (4, B): a tensor (4, B) (per-pair lengths,
-    computed on the device) as it is, or four int64 NumPy arrays (B,).  Where every pair of
-    the arrays has the same entries (no per-pair lengths: the usual case) a tensor kept from an
-    earlier call (read only): torch synchronises a blocking copy from host memory, so a copy
-    per call would drain the stream's queued work before the kernels; other arrays go by a
-    non-blocking copy (from pageable memory: staged before the call returns, no sync)."""
+    made on the device) as it is, or four int64 NumPy arrays (B,).
+
+    Where every pair of the arrays has the same entries (no per-pair lengths: the usual case)
+    a tensor made by fills on the device, once per (device, B, entries) and kept (32 B bytes
+    each, never freed: a captured CUDA graph may hold its address), the kernels only read it:
+    a copy from host memory per call would cost a synchronisation (torch synchronises a
+    blocking host-to-device copy, so the GPU's queue would drain before the kernels).  One
+    first asked for while a CUDA graph is captured is made for that call only (its fills are
+    the graph's nodes, run at each replay).  Other arrays go by a non-blocking copy (from
+    pageable memory: staged before the call returns, usually without a sync)."""
     if isinstance(tables, torch.Tensor):
-        return tables.to(dev, torch.int64)
+        if tables.dim() != 2 or tables.shape[0] != 4:
+            raise ValueError(f"sdtw: tables must be a (4, B) tensor, got {tuple(tables.shape)}")
+        return tables.to(dev, torch.int64).contiguous()
     arr = np.stack(tables).astype(np.int64)
     if arr.shape[1] == 0 or not (arr == arr[:, :1]).all():
         return torch.from_numpy(arr).to(dev, non_blocking=True)
     key = (dev, arr.shape[1], *arr[:, 0].tolist())
     t = _uniform.get(key)
     if t is None:
-        if len(_uniform) >= 64:  # (shapes come and go: keep the table small)
-            _uniform.clear()
-        t = _uniform[key] = torch.from_numpy(arr).to(dev)
+        t = torch.empty(arr.shape, dtype=torch.int64, device=dev)
+        for row, value in zip(t, arr[:, 0].tolist(), strict=True):
+            row.fill_(value)
+        if dev.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+            _uniform[key] = t
     return t

@@ -44,7 +44,7 @@ def _band(plan, N: int, M: int, pairs: Pairs) -> tuple:
 def _pair_tables(pairs: Pairs, bandwidth) -> torch.Tensor:
     """Each pair's ``n, m, lo, hi`` as one int64 tensor (4, B) on the lengths' device, made
     there (no copy to the host and back, each a synchronisation)."""
-    ns, ms = pairs.x_lengths.to(torch.int64), pairs.y_lengths.to(torch.int64)
+    ns, ms = pairs.x_lengths.long(), pairs.y_lengths.long()
     return torch.stack([ns, ms, *pair_offsets(ns, ms, bandwidth)])
 
 
