@@ -126,12 +126,17 @@ def test_interleaved_sets_the_option_for_its_own_compiles_only(monkeypatch):
     monkeypatch.setattr(_jit.llvm, "set_option", lambda *a: (calls.append(a[1]), real(*a)))
     flag = "-force-vector-interleave="
 
-    @njit
-    def double(a):
-        for i in range(a.shape[0]):
-            a[i] *= 2.0
+    def scaling(k):
+        """A fresh jitted loop that multiplies an array by ``k`` in place."""
 
-    d = _jit.interleaved(double, 2)
+        @njit
+        def scale(a):
+            for i in range(a.shape[0]):
+                a[i] *= k
+
+        return scale
+
+    d = _jit.interleaved(scaling(2.0), 2)
     assert d._interleave == 2
     a = np.arange(40.0)
     d(a)
@@ -144,12 +149,7 @@ def test_interleaved_sets_the_option_for_its_own_compiles_only(monkeypatch):
         d("not an array")  # (a typing error inside the compile)
     assert calls == [flag + "2", flag + "0"]
 
-    @njit
-    def triple(a):
-        for i in range(a.shape[0]):
-            a[i] *= 3.0
-
-    t = _jit.interleaved(triple, 2)
+    t = _jit.interleaved(scaling(3.0), 2)
 
     @njit
     def outer(a):
@@ -162,12 +162,7 @@ def test_interleaved_sets_the_option_for_its_own_compiles_only(monkeypatch):
     assert calls and calls == [flag + "2", flag + "0"] * (len(calls) // 2)
     np.testing.assert_array_equal(a, 6 * np.arange(40.0) + 1)
 
-    @njit
-    def quadruple(a):
-        for i in range(a.shape[0]):
-            a[i] *= 4.0
-
-    q = _jit.interleaved(quadruple, 3)
+    q = _jit.interleaved(scaling(4.0), 3)
 
     @njit
     def wrapper(a):
@@ -180,7 +175,7 @@ def test_interleaved_sets_the_option_for_its_own_compiles_only(monkeypatch):
     assert calls[0] == flag + "4" and calls[-1] == flag + "0" and len(calls) >= 4
     assert calls[1:-1] == inner * ((len(calls) - 2) // 2)
     with pytest.raises(ValueError, match="count"):
-        _jit.interleaved(double, 0)
+        _jit.interleaved(scaling(2.0), 0)
 
 
 def test_the_soft_msm_row_kernels_are_interleaved():

@@ -8,6 +8,7 @@ signature, Numba's own launch where that is unavailable).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 
@@ -27,6 +28,7 @@ __all__ = [
     "forward",
     "forward_backward",
     "forward_grads",
+    "kept",
     "launch",
     "launch_counts",
     "sqeuclidean",
@@ -123,11 +125,19 @@ def _constant(shape: tuple, value: float, dtype: torch.dtype, device: torch.devi
     not kept: its fill is then a node of the graph (it runs at each replay, not at capture),
     so an eager call after the capture would have read an unwritten tensor."""
     key = (shape, value, dtype, device)
-    t = _constants.get(key)
+    make = functools.partial(torch.full, shape, value, dtype=dtype, device=device)
+    return kept(_constants, key, device, make)
+
+
+def kept(store: dict, key, device: torch.device, make) -> torch.Tensor:
+    """``store[key]``, made by ``make()`` on first use and kept, except when first asked for
+    while a CUDA graph is being captured on ``device``: then made for that call only (its
+    fills are the graph's nodes, run at each replay, not at capture)."""
+    t = store.get(key)
     if t is None:
-        t = torch.full(shape, value, dtype=dtype, device=device)
+        t = make()
         if device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
-            _constants[key] = t
+            store[key] = t
     return t
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from sdtw.cuda._launch import kept
+
 __all__ = ["device_tables"]
 
 _uniform: dict[tuple, torch.Tensor] = {}
@@ -30,12 +32,12 @@ def device_tables(tables, dev: torch.device) -> torch.Tensor:
     arr = np.stack(tables).astype(np.int64)
     if arr.shape[1] == 0 or not (arr == arr[:, :1]).all():
         return torch.from_numpy(arr).to(dev, non_blocking=True)
-    key = (dev, arr.shape[1], *arr[:, 0].tolist())
-    t = _uniform.get(key)
-    if t is None:
+    entries = arr[:, 0].tolist()
+
+    def fills() -> torch.Tensor:
         t = torch.empty(arr.shape, dtype=torch.int64, device=dev)
-        for row, value in zip(t, arr[:, 0].tolist(), strict=True):
+        for row, value in zip(t, entries, strict=True):
             row.fill_(value)
-        if dev.type != "cuda" or not torch.cuda.is_current_stream_capturing():
-            _uniform[key] = t
-    return t
+        return t
+
+    return kept(_uniform, (dev, arr.shape[1], *entries), dev, fills)
