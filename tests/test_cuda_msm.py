@@ -353,10 +353,12 @@ def test_gpu_bands_are_the_one_block_bits(rng, dtype):
         whole = msm_cuda(x, y, C, GAMMA, tables, True, warps=warps, bands=1)
         if N <= 512:  # (the costs and weights in the step instead of steps before)
             # (not the same bits: in the step the compiler fuses diag + (x - y)^2 into an fma,
-            # which it cannot where the square was computed steps before)
+            # which it cannot where the square was computed steps before; float32 inputs keep
+            # float32 weights, whose roundings that difference may move by an ulp)
             inline = msm_cuda(x, y, C, GAMMA, tables, True, ahead=0)
+            close = 1e-13 if dtype == torch.float64 else 1e-6
             for a, b in zip(banded, inline, strict=True):
-                assert torch.linalg.norm(a - b) <= 1e-13 * torch.linalg.norm(b)
+                assert torch.linalg.norm(a - b) <= close * torch.linalg.norm(b)
         for a, b in zip(banded, whole, strict=True):
             if N <= 512:  # (a row a thread in both)
                 assert torch.equal(a, b)

@@ -4,10 +4,11 @@ For B pairs of N = M samples (D = 1, gamma = 1, c = 1, float32 inputs or ``--flo
 wall time of a forward-only call and of a forward + backward step (``soft_msm(x, y).sum()
 .backward()``, synchronised; median of ``--repeats`` per round, ``--rounds`` rounds
 alternating the variants) and torch.profiler's GPU time per kernel in a step, for Soft-MSM
-by the rules (a task's rows as bands on blocks of their own where the tasks leave SMs idle,
-each column's costs and weights computed steps before its cells), Soft-MSM with them one
-step before (``sdtw.cuda.config.overrides(msm_ahead=1)``) and in the step (``msm_ahead=0``),
-as one block a task (``overrides(msm_bands=1)``) and ``sdtw.softdtw``.  The difference
+by the rules (a task's rows as bands on blocks of their own where the tasks leave SMs idle;
+float32 inputs: the forward keeps its edge weights for the backward), Soft-MSM with ``R``
+kept instead and the weights recomputed in the backward
+(``sdtw.cuda.config.overrides(msm_kept=False)``), as one block a task
+(``overrides(msm_bands=1)``) and ``sdtw.softdtw``.  The difference
 between a step's wall time and its kernels' GPU time is host work that the GPU waited for.
 
 Usage::
@@ -61,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dtype = torch.float64 if args.float64 else torch.float32
     variants = {"Soft-MSM, the rules": ("msm", {}),
-                "Soft-MSM, a step ahead": ("msm", {"msm_ahead": 1}),
-                "Soft-MSM, costs in the step": ("msm", {"msm_ahead": 0}),
+                "Soft-MSM, R kept (weights recomputed)": ("msm", {"msm_kept": False}),
                 "Soft-MSM, one block a task": ("msm", {"msm_bands": 1}),
                 "soft-DTW": ("dtw", {})}  # fmt: skip
     print(f"{torch.cuda.get_device_name()}; B = {args.batch}, D = 1, {str(dtype)[6:]}")

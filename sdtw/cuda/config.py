@@ -113,6 +113,8 @@ class Overrides:
     msm_ahead : how many steps before its cells Soft-MSM's wavefront kernels compute a
         column's costs and weights, at most the rule's (``sdtw.cuda.msm._depth``: what the
         registers hold); 0: in the step.
+    msm_kept : whether Soft-MSM's float32 forward keeps its edge weights for the backward
+        (``sdtw.cuda.msm.msm_cuda``'s ``kept``; False: ``R`` kept, the weights recomputed).
     """
 
     mover: bool | None = None
@@ -124,6 +126,7 @@ class Overrides:
     tc_one_launch: bool | None = None
     msm_bands: int | None = None
     msm_ahead: int | None = None
+    msm_kept: bool | None = None
 
     @property
     def forced(self) -> bool:

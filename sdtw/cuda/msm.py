@@ -105,6 +105,7 @@ from sdtw.cuda.kernels.primitives import (
     fast_rcp,
     fast_rsqrt,
     from_bits,
+    from_prev_lane,
     log2,
     narrow,
     poll,
@@ -203,6 +204,27 @@ def _softmin3_fast(a, b, c, gamma, ig2):
 
 
 @device
+def _softmin3_weights_fast(a, b, c, gamma, ig2):
+    """:func:`_softmin3_fast` (the same value, bit for bit) and the three candidates' weights
+    ``exp((value - candidate) / gamma)`` as float32 (from the sum's reciprocal; all 0 if every
+    candidate is +inf): ``(value, w_a, w_b, w_c)``."""
+    ab = a <= b
+    lo1, hi1 = (a, b) if ab else (b, a)
+    cl = c < lo1
+    m, o1 = (c, lo1) if cl else (lo1, c)
+    f = m if m < INF else 0.0
+    e1 = exp2(narrow((f - o1) * ig2))
+    e2 = exp2(narrow((f - hi1) * ig2))
+    s = float32(1.0) + e1 + e2
+    r = f - (gamma * LN2) * float64(log2(s))
+    q = fast_rcp(s) if m < INF else float32(0.0)
+    w_o1, w_hi = e1 * q, e2 * q
+    w_lo = w_o1 if cl else q  # (lo1's: the minimum unless c is)
+    w_c = q if cl else w_o1
+    return (r if m < INF else m), (w_lo if ab else w_hi), (w_hi if ab else w_lo), w_c
+
+
+@device
 def _transition_fast(v, p, o, c, gamma, ig2):
     """:func:`_transition` with float32 transcendentals and gate: ``rsqrt(u^2 + eps)`` in
     float32, ``|u|`` clipped to ``2^62`` (its square then fits float32; the gate's ratio is
@@ -262,14 +284,40 @@ def _unrolled(row, rows: int, upward: bool):
 
 
 @functools.cache
-def _row_functions(fast: bool, depth: int = 1) -> tuple:
+def _row_functions(fast: bool, depth: int = 1, kept: tuple = ()) -> tuple:
     """The row updates of the wavefront kernels, with the float32 transcendentals (``fast``,
     float32 inputs; ``ig`` is then ``log2(e) / gamma``) or float64 ones; those that work
     ``depth`` columns ahead keep ``depth`` columns of costs (forward) or weights (backward),
-    the step's first."""
+    the step's first.  With ``kept = (rows, T)`` (float32 inputs), the forward stores each
+    cell's three edge weights (:func:`_softmin3_weights_fast`) instead of ``R``: ``R`` is then
+    the flat float32 array of :func:`_kept_index` and ``task`` the step's offset there."""
     transition = _transition_fast if fast else _transition
     softmin3 = _softmin3_fast if fast else _softmin3
     expo = _exp_scaled if fast else _exp64
+    KEPT = bool(kept)
+    KR, KT = kept if KEPT else (1, 1)
+    KS = KR * KT  # (one weight's stride)
+    zero = float32(0.0)
+
+    @device
+    def _store(R, task, i, j, k, n, inside, diag, up, left, cm, cu, cl, gamma, ig):
+        """Cell ``(i, j)``'s value from its candidates; stored as ``R`` or, ``kept``, its
+        weights (0 outside the table or band); returns the value."""
+        if KEPT:
+            v, wm, wu, wl = _softmin3_weights_fast(diag + cm, up + cu, left + cl, gamma, ig)
+            if not inside:
+                v, wm, wu, wl = INF, zero, zero, zero
+            if i < n:
+                R[task + k * KT] = wm
+                R[task + KS + k * KT] = wu
+                R[task + 2 * KS + k * KT] = wl
+            return v
+        v = softmin3(diag + cm, up + cu, left + cl, gamma, ig)
+        if not inside:
+            v = INF
+        if i < n:
+            R[task, i, j] = v
+        return v
 
     @device
     def _forward_row(k, args, carry):
@@ -280,14 +328,13 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
         i = i0 + k
         xi = xs[k, th]
         left = Rs[k]
-        v = INF
-        if i < n and -lo <= j - i and j - i <= hi:
+        inside = i < n and -lo <= j - i and j - i <= hi
+        dm = up_c = left_c = 0.0
+        if inside:
             dm = xi - yv
             up_c = transition(xi, xp, yv, c, gamma, ig)[0]
             left_c = transition(yv, yp, xi, c, gamma, ig)[0]
-            v = softmin3(diag + dm * dm, up + up_c, left + left_c, gamma, ig)
-        if i < n:
-            R[task, i, j] = v
+        v = _store(R, task, i, j, k, n, inside, diag, up, left, dm * dm, up_c, left_c, gamma, ig)
         Rs[k] = v
         return left, v, xi
 
@@ -315,11 +362,9 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
         diag, up = carry
         i = i0 + k
         left = Rs[k]
-        v = softmin3(diag + C[0, 0, k], up + C[0, 1, k], left + C[0, 2, k], gamma, ig)
-        if not (i < n and -lo <= j - i and j - i <= hi):
-            v = INF
-        if i < n:
-            R[task, i, j] = v
+        inside = i < n and -lo <= j - i and j - i <= hi
+        v = _store(R, task, i, j, k, n, inside, diag, up, left, C[0, 0, k], C[0, 1, k],
+                   C[0, 2, k], gamma, ig)  # fmt: skip
         Rs[k] = v
         return left, v
 
@@ -496,19 +541,25 @@ def _wait_value(bnd, idx):
 
 @functools.cache
 def _wavefront(
-    rows: int, warps: int, fast: bool = False, split: bool = False, depth: int = 0
+    rows: int,
+    warps: int,
+    fast: bool = False,
+    split: bool = False,
+    depth: int = 0,
+    kept: bool = False,
 ) -> tuple:
     """The (forward, backward) kernels for ``rows`` rows per thread, ``warps`` warps per
     block, float32 transcendentals if ``fast`` (:func:`_row_functions`); with ``split``, a
     task's rows in bands of ``32 warps rows`` rows, a block each (:func:`_bands`); a column's
     costs (forward) and edge weights (backward) computed ``depth`` steps before its cells (0:
-    in the step)."""
+    in the step).  With ``kept`` (``fast`` only), the forward stores the cells' edge weights
+    (:func:`_kept_index`) in place of ``R``; the backward is then :func:`_kept_backward`'s."""
     T = WARP * warps
     BR = T * rows  # (a band's rows)
     ahead = depth > 0
     A = max(depth, 1)  # (the local arrays' columns)
     forward_row, backward_row, forward_cell, costs_row, backward_chain, backward_next, first_w = (
-        _row_functions(fast, A)
+        _row_functions(fast, A, (rows, T) if kept else ())
     )
     # (ahead: a step's chain first, then its hand-over, then the next column's costs or
     # weights, in that order in the code: a warp issues in order)
@@ -594,10 +645,14 @@ def _wavefront(
                 if 0 <= j + 1 and j + 1 < m:
                     y_next = y[b, j + 1, d]
             if 0 <= j and j < m and i0 < n:
+                at = task  # (kept: the column's weights, a ring of Mx columns by j + th)
+                if kept:
+                    key = (j + th) % Mx
+                    at = ((task * bands + band) * Mx + key) * (3 * BR) + th
                 if ahead:
-                    down(0, (R, task, i0, j, n, lo, hi, Rs, gamma, ig, C), (diag, up))
+                    down(0, (R, at, i0, j, n, lo, hi, Rs, gamma, ig, C), (diag, up))
                 else:
-                    args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
+                    args = (R, at, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
                     down(0, args, (diag, up, x_above))
                 bot = Rs[rows - 1]
                 if split:
@@ -748,6 +803,238 @@ def _wavefront(
                     gx[b, i, d] = gxs[k, th] + (extra if k == rows - 1 else 0.0)
 
     return forward, backward
+
+
+# ---------------------------------------------------------------------------------------------
+# Kept weights (float32 inputs): the forward stores each cell's three edge weights; the
+# backward's wavefront is then G's sums and products alone, and the gradients a pass of their
+# own over the occupancies, every cell in parallel.
+
+
+def _kept_index(task, band, bands, Mx, j, th, e, k, rows, T):
+    """Where cell ``(band * T rows + th rows + k, j)`` of ``task`` keeps its weight (then
+    occupancy) ``e`` (match, up, left) in the flat float32 array of ``tasks * bands * Mx * 3 *
+    T * rows`` entries: by (task, band, key, e, k, th), ``key = (j + th) mod Mx``, so that a
+    band's threads, at step ``s`` on columns ``s - th``, touch one key: coalesced."""
+    key = (j + th) % Mx
+    return ((((task * bands + band) * Mx + key) * 3 + e) * rows + k) * T + th
+
+
+@functools.cache
+def _kept_backward(rows: int, warps: int, split: bool, A: int):
+    """The backward of the kept weights: the mirror wavefront of :func:`_wavefront`'s backward
+    (bands, hand-overs and columns as there), each cell's ``G`` the sum of its successors'
+    pushes and each incoming edge's occupancy ``G w`` stored over its weight; the weights of
+    a column are loaded ``A`` steps before its cells."""
+    T = WARP * warps
+    BR = T * rows
+    zero = float32(0.0)
+
+    @device
+    def load_row(k, args, carry):
+        Wt, at, i0, n, Wl, q = args
+        ok = i0 + k < n  # (rows past n were never written)
+        for e in range(3):
+            Wl[q, e, k] = Wt[at + e * BR + k * T] if ok else zero
+        return carry
+
+    @device
+    def chain_row(k, args, carry):
+        Wt, at, i0, j, n, m, Gs, Wl = args
+        up_in, match_in = carry
+        i = i0 + k
+        g = Gs[k] + up_in
+        if i == n - 1 and j == m - 1:
+            g += 1.0
+        o_match = g * float64(Wl[0, 0, k])
+        o_up = g * float64(Wl[0, 1, k])
+        o_left = g * float64(Wl[0, 2, k])
+        if i < n:
+            Wt[at + k * T] = o_match
+            Wt[at + BR + k * T] = o_up
+            Wt[at + 2 * BR + k * T] = o_left
+        Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
+        return o_up, o_match
+
+    loads = _unrolled(load_row, rows, False)
+    chain = _unrolled(chain_row, rows, True)
+
+    @kernel
+    def backward(D, Mx, ns, ms, Wt, bnd_g, bands):
+        th = cuda.threadIdx.x
+        if split:  # (bottom band first: a band only waits for the one below, started first)
+            tk = cuda.shared.array(1, int64)
+            t = take_ticket(bnd_g, tk)
+            tasks = cuda.gridDim.x // bands
+            band, task = bands - 1 - t // tasks, t % tasks
+        else:
+            band, task = 0, cuda.blockIdx.x
+        b = task // D
+        n, m = ns[b], ms[b]
+        top = band * BR
+        if top >= n:
+            return
+        i0 = top + th * rows
+        last = min((n - top + rows - 1) // rows, T) - 1  # the last thread with rows
+        mine = i0 < n
+        hand = cuda.shared.array((2, T), float64)  # pushed into the row above, by step parity
+        Gs = cuda.local.array(rows, float64)  # pushed into the strip's column j so far
+        Wl = cuda.local.array((A, 3, rows), float32)  # the next columns' weights
+        grp_g = cuda.shared.array(WARP, float64)  # from the band below, a group of columns
+        for k in range(rows):
+            Gs[k] = 0.0
+        base = (task * bands + band) * Mx
+        fed_band = split and top + BR < n
+        fed = fed_band and th // WARP == last // WARP  # (the last thread's warp)
+        feeds = split and band > 0 and th == 0
+        row_in = base
+        row_out = row_in - Mx
+        pref_g = poll(bnd_g, row_in + min(th % WARP, m - 1)) if fed else 0
+        j0 = (m - 1) + last - th  # the column at step 0
+        for q in range(A):  # (the thread's first columns: its own and the next A - 1)
+            jw = min(j0, m - 1) - q
+            if 0 <= jw and mine:
+                key = (jw + th) % Mx
+                loads(0, (Wt, (base + key) * (3 * BR) + th, i0, n, Wl, q), 0)
+        match_top = 0.0  # the top row's match push of the step before (into the same cell)
+        for s in range(m + last):
+            cuda.syncthreads()
+            if fed and (s & (WARP - 1)) == 0 and s < m:
+                pref_g = _take_group(bnd_g, row_in, s, m, pref_g, grp_g)
+            G_below = 0.0
+            if th < last:
+                G_below = hand[s & 1, th + 1]
+            elif fed_band and s < m:  # (the last thread, column m - 1 - s)
+                G_below = grp_g[s & (WARP - 1)]
+            j = j0 - s
+            if 0 <= j and j < m and mine:
+                key = (j + th) % Mx
+                at = (base + key) * (3 * BR) + th
+                o_up, o_match = chain(0, (Wt, at, i0, j, n, m, Gs, Wl), (G_below, 0.0))
+                send = o_up + match_top
+                match_top = o_match
+                hand[(s + 1) & 1, th] = send  # (the next step's hand-over now)
+                if split:  # (columns right to left: index m - 1 - j)
+                    st_if(bnd_g, row_out + (m - 1 - j), as_bits(send), feeds)
+                for q in range(A - 1):
+                    for e in range(3):
+                        for k in range(rows):
+                            Wl[q, e, k] = Wl[q + 1, e, k]
+                jw = j - A
+                if jw >= 0:
+                    key = (jw + th) % Mx
+                    loads(0, (Wt, (base + key) * (3 * BR) + th, i0, n, Wl, A - 1), 0)
+
+    return backward
+
+
+@functools.cache
+def _kept_gradients(rows: int, warps: int):
+    """The gradients from the kept occupancies: a block per (task, band, chunk of steps), its
+    threads on the wavefront's rows and columns (thread ``th`` at step ``s`` on column
+    ``s - lane``, so that a warp reads one key: :func:`_kept_index`) but every step
+    independent of the one before.  A cell's edges' occupancies times their costs' partial
+    derivatives (:func:`_transition_fast`) go to its rows' ``x`` sums (a thread's own; what
+    its top row's up edges owe ``x_{i0-1}`` to a slot of its own) and to ``y``'s: a column's
+    sum runs down the warp's lanes by shuffles, a step a lane, and the last lane stores the
+    warp's part.  Parts are stored, never added to (``gxp`` (B, 2 chunks, N, D), ``gyp``
+    (B, bands chunks warps, Mx, D), zeroed before): the caller's sums are deterministic."""
+    T = WARP * warps
+    BR = T * rows
+    R1 = rows + 1  # (a local array's length: a constant)
+
+    @device
+    def cell_row(k, args, carry):
+        Wt, at, i0, n, xv, gxl, yj, yp, c, gamma, ig = args
+        gx_above, col, prev_col = carry
+        if i0 + k < n:
+            o_match = float64(Wt[at + k * T])
+            o_up = float64(Wt[at + BR + k * T])
+            o_left = float64(Wt[at + 2 * BR + k * T])
+            if o_match != 0.0 or o_up != 0.0 or o_left != 0.0:
+                xi, xp = xv[k + 1], xv[k]
+                dm = xi - yj
+                g_match = o_match * 2.0 * dm
+                _, d_v, d_p, d_o = _transition_fast(xi, xp, yj, c, gamma, ig)
+                _, e_v, e_p, e_o = _transition_fast(yj, yp, xi, c, gamma, ig)
+                gxl[k] += g_match + o_up * d_v + o_left * e_o
+                if k > 0:
+                    gxl[k - 1] += o_up * d_p
+                else:
+                    gx_above += o_up * d_p
+                col += o_up * d_o + o_left * e_v - g_match
+                prev_col += o_left * e_p
+        return gx_above, col, prev_col
+
+    cells = _unrolled(cell_row, rows, False)
+
+    @kernel
+    def gradients(x, y, c, gamma, ns, ms, Wt, gxp, gyp, bands, chunks, span):
+        th = cuda.threadIdx.x
+        lane, w = th % WARP, th // WARP
+        blk = cuda.blockIdx.x
+        chunk, band = blk % chunks, (blk // chunks) % bands
+        task = blk // (chunks * bands)
+        N, D, Mx = x.shape[1], x.shape[2], y.shape[1]
+        b, d = task // D, task % D
+        n, m = ns[b], ms[b]
+        top = band * BR
+        if top >= n:
+            return
+        i0 = top + th * rows
+        ig = LOG2E / gamma
+        xv = cuda.local.array(R1, float64)  # x_{i0-1} .. x_{i0+rows-1}
+        gxl = cuda.local.array(rows, float64)
+        xv[0] = x[b, max(min(i0, n) - 1, 0), d]
+        for k in range(rows):
+            xv[k + 1] = x[b, min(i0 + k, n - 1), d]
+            gxl[k] = 0.0
+        xch = cuda.shared.array((2, T), float64)  # (the simulator's shuffles)
+        xch2 = cuda.shared.array((2, T), float64)
+        base = (task * bands + band) * Mx
+        slot = (band * chunks + chunk) * (T // WARP) + w
+        s0 = chunk * span
+        s1 = min(s0 + span, m + WARP - 1)
+        gx_above = 0.0
+        run = 0.0  # this lane's column's sum over the warp's rows above and its own
+        for s in range(s0, s1):
+            j = s - lane
+            col = prev_col = 0.0
+            if 0 <= j and j < m and i0 < n:
+                key = (j + th) % Mx
+                at = (base + key) * (3 * BR) + th
+                yj = y[b, j, d]
+                yp = y[b, j - 1, d] if j > 0 else yj
+                args = (Wt, at, i0, n, xv, gxl, yj, yp, c, gamma, ig)
+                gx_above, col, prev_col = cells(0, args, (gx_above, 0.0, 0.0))
+            p = s & 1
+            run_in = from_prev_lane(run, xch, p)  # (column j's sum, the lane above's last step)
+            prev_in = from_prev_lane(prev_col, xch2, p)  # (the lane above's, for column j)
+            if lane == WARP - 1 and 0 <= s - WARP and s - WARP < m:  # (column s - 32: done)
+                gyp[b, slot, s - WARP, d] = run + prev_col
+            run = (run_in + prev_in if lane > 0 else 0.0) + col
+        if s1 > s0:  # (the columns still on their way down the lanes)
+            j = s1 - 1 - lane
+            if 0 <= j and j < m:
+                gyp[b, slot, j, d] = run
+        for k in range(rows):
+            if i0 + k < n:
+                gxp[b, 2 * chunk, i0 + k, d] = gxl[k]
+        if 0 < i0 and i0 < n:
+            gxp[b, 2 * chunk + 1, i0 - 1, d] = gx_above
+
+    return gradients
+
+
+def _chunks(steps: int, blocks: int, warps: int, sms: int) -> int:
+    """Chunks of steps for :func:`_kept_gradients`: enough for about 16 warps an SM (4 a
+    sub-partition: each step's cells are a chain of latencies) where the blocks are fewer,
+    a chunk at least 64 steps (a column's sum is stored once more a chunk); 1 in the simulator
+    (``sms = 0``)."""
+    if sms == 0:
+        return 1
+    want = -(-16 * sms // (blocks * warps))
+    return max(1, min(want, steps // 64))
 
 
 #: A band's rows where a task's rows are split over several SMs (:func:`_bands`): 4 warps of a
@@ -971,6 +1258,8 @@ def msm_cuda(
     warps: int | None = None,
     bands: int | None = None,
     ahead: int | None = None,
+    kept: bool | None = None,
+    chunks: int | None = None,
 ) -> tuple:
     """Values (B,) and, with ``need``, the gradients wrt x (B, N, D) and y (B, M, D) of
     Soft-MSM, float64; ``tables``: each pair's lengths and band offsets ``(n, m, lo, hi)``,
@@ -984,7 +1273,10 @@ def msm_cuda(
     override up to 16, with rows times warps at most 64), with float32 transcendentals for
     float32 inputs (:func:`_row_functions`) and float64 ones otherwise, each column's costs
     and weights ``ahead`` steps before its cells (0 to :func:`_depth`'s; None: the override's,
-    at most the rule's, else the rule's); beyond, the diagonal kernels (float64)."""
+    at most the rule's, else the rule's); beyond, the diagonal kernels (float64).  Float32
+    inputs keep the forward's edge weights (``kept``, None: for float32 inputs; 12 bytes a
+    cell, float32, against ``R``'s 8) for a backward of ``G`` alone and a gradients pass
+    over the cells in ``chunks`` of steps (None: :func:`_chunks`'s rule)."""
     fast = x.dtype == torch.float32
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
@@ -1026,9 +1318,16 @@ def msm_cuda(
             if forced.msm_ahead < 0:
                 raise ValueError(f"sdtw: msm_ahead must be >= 0, got {forced.msm_ahead}")
             depth = min(forced.msm_ahead, depth)
-        forward, backward = _wavefront(*shape, fast, nb > 1, depth)
+        if kept is None:  # (the override: float32 inputs only, as the rule)
+            kept = fast and forced.msm_kept is not False
+        if kept and not fast:
+            raise ValueError("sdtw: kept weights are float32: float32 inputs only")
+        forward, backward = _wavefront(*shape, fast, nb > 1, depth, kept)
         threads = WARP * shape[1]
-        R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
+        if kept:  # (every cell that the kernels read is written first)
+            R = torch.empty(grid * M * 3 * threads * shape[0], dtype=torch.float32, device=dev)
+        else:
+            R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
         values = torch.empty(B * D, dtype=torch.float64, device=dev)
         launch(forward, grid, threads, dev, *args, R, values, *hand_over(grid * M + 1), nb)
         values = values.view(B, D).sum(1) if D > 1 else values
@@ -1040,6 +1339,22 @@ def msm_cuda(
                    ms.repeat_interleave(D) - 1].reshape(B, D).sum(1)  # fmt: skip
     if not need:
         return values, None, None
+    if shape is not None and kept:
+        rows, warps_ = shape
+        launch(_kept_backward(rows, warps_, nb > 1, 2 if rows <= 4 else 1), grid, threads, dev,
+               D, M, ns, ms, R, hand_over(grid * M + 1)[0], nb)  # fmt: skip
+        steps = M + WARP - 1
+        nc = _chunks(steps, grid, warps_, sms) if chunks is None else chunks
+        if nc < 1:
+            raise ValueError(f"sdtw: chunks must be >= 1, got {nc}")
+        span = -(-steps // nc)
+        parts = torch.zeros(B * D * (2 * nc * N + nb * nc * warps_ * M), dtype=torch.float64,
+                            device=dev)  # fmt: skip
+        gxp = parts[: B * 2 * nc * N * D].view(B, 2 * nc, N, D)
+        gyp = parts[B * 2 * nc * N * D :].view(B, nb * nc * warps_, M, D)
+        launch(_kept_gradients(rows, warps_), grid * nc, threads, dev, a, b, float(c),
+               float(gamma), ns, ms, R, gxp, gyp, nb, nc, span)  # fmt: skip
+        return values, gxp.sum(1), gyp.sum(1)
     gx, gy = torch.zeros_like(a), torch.zeros_like(b)
     if shape is not None:
         hands = hand_over(grid * M, grid * M, grid + 1)
