@@ -15,7 +15,7 @@ import torch
 import sdtw
 from sdtw.band import band_offsets, pair_offsets
 from sdtw.cpu import _tables
-from sdtw.cuda.msm import MAX_N, _bands, _depth, _shape, msm_cuda
+from sdtw.cuda.msm import MAX_N, _bands, _chunks, _depth, _shape, msm_cuda
 from sdtw.cuda.tables import device_tables
 from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
 from tests.conftest import requires_gpu, requires_sim
@@ -179,7 +179,9 @@ def test_costs_steps_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths
     before its cells: the same operations on the same values as in the step, so the same
     bits at every depth the registers allow (:func:`_depth`: 2 up to 2 rows a thread, 1 up
     to 4); the override capped at the rule's depth, the argument refused past it (and taking
-    precedence over the override)."""
+    precedence over the override).  Float32 inputs (kept weights) read the up and left costs
+    steps ahead from their pass as float32: the same bits at every depth from 1, and within
+    1e-6 (relative norm) of the costs computed in the step."""
     from sdtw.cuda.config import overrides
 
     dt = getattr(torch, dtype)
@@ -190,10 +192,17 @@ def test_costs_steps_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths
     rows = _shape(-(-N // bands), B * D * bands, 0, warps)[0]
     deepest = _depth(rows)
     inline = msm_cuda(x, y, C, GAMMA, tables, True, ahead=0, **kw)
+    first = None
     for depth in range(1, deepest + 2):  # (the override past the rule: the rule's depth)
         with overrides(msm_ahead=depth):
             got = msm_cuda(x, y, C, GAMMA, tables, True, **kw)
-        assert all(torch.equal(a, b) for a, b in zip(got, inline, strict=True)), depth
+        if dtype == "float64":
+            assert all(torch.equal(a, b) for a, b in zip(got, inline, strict=True)), depth
+            continue
+        first = got if first is None else first
+        assert all(torch.equal(a, b) for a, b in zip(got, first, strict=True)), depth
+        for a, b in zip(got, inline, strict=True):
+            assert torch.linalg.norm(a - b) <= 1e-6 * torch.linalg.norm(b)
     with overrides(msm_ahead=0), pytest.raises(ValueError, match="ahead must be 0 to"):
         msm_cuda(x, y, C, GAMMA, tables, False, ahead=deepest + 1, **kw)  # (the argument's)
     with overrides(msm_ahead=-1), pytest.raises(ValueError, match="msm_ahead must be"):
@@ -257,6 +266,72 @@ def test_float32_inputs_take_float32_transcendentals(
 @requires_sim
 def test_diagonal_kernels_past_max_n(rng):
     run(rng, 1, MAX_N + 1, 2, 1, None, None)
+
+
+@requires_sim
+@pytest.mark.parametrize(
+    ("B", "N", "M", "D", "bandwidth", "lengths", "warps", "bands", "chunks"),
+    [
+        (2, 33, 9, 1, None, None, None, None, 1),  # 2 rows a thread, M < the warp's lanes
+        (1, 40, 70, 1, None, None, None, None, 3),  # chunks: columns' sums across them
+        (3, 40, 12, 2, 2, ([40, 17, 1], [12, 3, 5]), 2, None, 2),  # lengths, band, channels
+        (1, 70, 40, 1, 6, None, 1, 3, 2),  # bands: G through global memory
+        (1, 65, 33, 1, None, None, 1, None, 2),  # 4 rows a thread: a step's loads ahead
+        (1, 130, 5, 1, None, None, 1, None, 1),  # 8 rows: a step ahead
+        (2, 1, 5, 1, None, None, None, None, 2),  # one row
+        (2, 6, 1, 1, None, None, None, None, 1),  # one column
+    ],
+)
+def test_kept_weights_match_the_reference(rng, B, N, M, D, bandwidth, lengths, warps, bands,
+                                          chunks):  # fmt: skip
+    """Float32 inputs keep the forward's edge weights (the rule): with the up and left costs
+    from a pass of their own (float32) where the forward works steps ahead, the backward's
+    ``G`` from the weights and the gradients' pass over the occupancies in chunks of steps,
+    values and gradients are within 1e-6 (relative norm) of the float64 reference and of the
+    kernels that keep ``R``, and the same bits on a second run (no atomics)."""
+    x = torch.as_tensor(rng.standard_normal((B, N, D)), dtype=torch.float32)
+    y = torch.as_tensor(rng.standard_normal((B, M, D)), dtype=torch.float32)
+    tables = _tables_of(B, N, M, bandwidth, lengths)
+    kw = dict(warps=warps, bands=bands)
+    got = msm_cuda(x, y, C, GAMMA, tables, True, chunks=chunks, **kw)
+    again = msm_cuda(x, y, C, GAMMA, tables, True, chunks=chunks, **kw)
+    assert all(torch.equal(a, b) for a, b in zip(got, again, strict=True))
+    old = msm_cuda(x, y, C, GAMMA, tables, True, kept=False, **kw)
+    want = reference(x.double(), y.double(), bandwidth, lengths)
+    for g, o, w in zip(got, old, want, strict=True):
+        assert g.shape == w.shape and g.dtype == torch.float64
+        assert np.linalg.norm(g.numpy() - w) <= 1e-6 * np.linalg.norm(w)
+        assert torch.linalg.norm(g - o) <= 1e-6 * torch.linalg.norm(o)
+
+
+@requires_sim
+def test_kept_weights_switches(rng):
+    """``kept`` is float32 inputs' (refused for float64 ones); ``overrides(msm_kept=False)``
+    keeps ``R`` instead, as the argument does; chunks must be positive."""
+    from sdtw.cuda.config import overrides
+
+    x = torch.as_tensor(rng.standard_normal((1, 20, 1)), dtype=torch.float32)
+    y = torch.as_tensor(rng.standard_normal((1, 9, 1)), dtype=torch.float32)
+    tables = _tables_of(1, 20, 9, None, None)
+    with pytest.raises(ValueError, match="kept weights are float32"):
+        msm_cuda(x.double(), y.double(), C, GAMMA, tables, True, kept=True)
+    with pytest.raises(ValueError, match="chunks must be >= 1"):
+        msm_cuda(x, y, C, GAMMA, tables, True, chunks=0)
+    with overrides(msm_kept=False):
+        forced = msm_cuda(x, y, C, GAMMA, tables, True)
+    given = msm_cuda(x, y, C, GAMMA, tables, True, kept=False)
+    kept = msm_cuda(x, y, C, GAMMA, tables, True)
+    assert all(torch.equal(a, b) for a, b in zip(forced, given, strict=True))
+    assert not torch.equal(kept[1], given[1])  # (the other backward ran)
+
+
+def test_the_rule_for_chunks():
+    # (B = 32, N = 512 on an H100: 4 bands of 4 warps; 16 warps an SM wanted)
+    assert _chunks(512 + 31, 128, 4, 132) == 5
+    assert _chunks(40 + 31, 128, 4, 132) == 1  # (a chunk at least 64 steps)
+    assert _chunks(512 + 31, 4 * 132, 1, 132) == 4
+    assert _chunks(512 + 31, 16 * 132, 1, 132) == 1  # (blocks enough)
+    assert _chunks(512 + 31, 1, 1, 0) == 1  # (the simulator)
 
 
 def test_the_rule_for_steps_ahead():

@@ -342,16 +342,23 @@ def _row_functions(fast: bool, depth: int = 1, kept: tuple = ()) -> tuple:
     def _costs_row(k, args, xp):
         """Row ``i0 + k``'s candidates' costs (match, up, left) at a column (``yv = y_j``,
         ``yp = y_{j-1}``) into ``C[q, :, k]``, the ``C[1 .. moves]`` moved one place down
-        first; returns the row's sample (the next row's ``x_{i-1}``)."""
-        xs, th, yv, yp, c, gamma, ig, C, q, moves = args
+        first; returns the row's sample (the next row's ``x_{i-1}``).  ``kept``: the up and
+        left costs read from ``W`` (:func:`_kept_costs`' pass; the column's offset ``at``,
+        -1 for a column that never comes; rows from ``lim`` on read as 0)."""
+        xs, th, yv, yp, c, gamma, ig, C, q, moves, W, at, lim = args
         for t in range(moves):
             for u in range(3):
                 C[t, u, k] = C[t + 1, u, k]
         xi = xs[k, th]
         dm = xi - yv
         C[q, 0, k] = dm * dm
-        C[q, 1, k] = transition(xi, xp, yv, c, gamma, ig)[0]
-        C[q, 2, k] = transition(yv, yp, xi, c, gamma, ig)[0]
+        if KEPT:
+            ok = at >= 0 and k < lim
+            C[q, 1, k] = float64(W[at + KS + k * KT]) if ok else 0.0
+            C[q, 2, k] = float64(W[at + 2 * KS + k * KT]) if ok else 0.0
+        else:
+            C[q, 1, k] = transition(xi, xp, yv, c, gamma, ig)[0]
+            C[q, 2, k] = transition(yv, yp, xi, c, gamma, ig)[0]
         return xi
 
     @device
@@ -609,11 +616,15 @@ def _wavefront(
         yv = 0.0
         y_next = y[b, 0, d] if th == 0 else 0.0
         C = cuda.local.array((A, 3, rows), float64)  # (ahead: the next columns' costs)
+        lim = n - i0  # (kept: the strip's rows with costs)
         if ahead:  # (columns 0 .. A - 1's costs; y_{j+A-1}, y_{j+A} of step 0's j = -th)
-            costs(0, (xs, th, y[b, 0, d], y[b, 0, d], c, gamma, ig, C, 0, 0), x_above)
+            at = _kept_at(task, band, bands, Mx, 0, th, BR, m) if kept else -1
+            costs(0, (xs, th, y[b, 0, d], y[b, 0, d], c, gamma, ig, C, 0, 0, R, at, lim),
+                  x_above)  # fmt: skip
             if A > 1:
                 y1 = y[b, min(1, m - 1), d]
-                costs(0, (xs, th, y1, y[b, 0, d], c, gamma, ig, C, 1, 0), x_above)
+                at = _kept_at(task, band, bands, Mx, 1, th, BR, m) if kept else -1
+                costs(0, (xs, th, y1, y[b, 0, d], c, gamma, ig, C, 1, 0, R, at, lim), x_above)
             y_next = y[b, min(max(A - 1 - th, 0), m - 1), d]
             y_after = y[b, min(max(A - th, 0), m - 1), d]
         hand[0, th] = hand[1, th] = INF  # (ahead: written by active steps only)
@@ -647,8 +658,7 @@ def _wavefront(
             if 0 <= j and j < m and i0 < n:
                 at = task  # (kept: the column's weights, a ring of Mx columns by j + th)
                 if kept:
-                    key = (j + th) % Mx
-                    at = ((task * bands + band) * Mx + key) * (3 * BR) + th
+                    at = _kept_at(task, band, bands, Mx, j, th, BR, m)
                 if ahead:
                     down(0, (R, at, i0, j, n, lo, hi, Rs, gamma, ig, C), (diag, up))
                 else:
@@ -659,7 +669,9 @@ def _wavefront(
                     st_if(bnd, row_out + j, as_bits(bot), feeds)
                 if ahead:  # (the next step's hand-over now, then column j + A's costs)
                     hand[(s + 1) & 1, th] = bot
-                    costs(0, (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1), x_above)
+                    ac = _kept_at(task, band, bands, Mx, j + A, th, BR, m) if kept else -1
+                    cargs = (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1, R, ac, lim)
+                    costs(0, cargs, x_above)
         for k in range(rows):  # (the last column's R[n - 1, m - 1]: the task's value)
             if i0 + k == n - 1:
                 values[task] = Rs[k]
@@ -818,6 +830,69 @@ def _kept_index(task, band, bands, Mx, j, th, e, k, rows, T):
     band's threads, at step ``s`` on columns ``s - th``, touch one key: coalesced."""
     key = (j + th) % Mx
     return ((((task * bands + band) * Mx + key) * 3 + e) * rows + k) * T + th
+
+
+@device
+def _kept_at(task, band, bands, Mx, j, th, BR, m):
+    """The offset of thread ``th``'s column ``j`` in the kept array (:func:`_kept_index`'s at
+    ``e = k = 0``), -1 past column ``m - 1``."""
+    return ((task * bands + band) * Mx + (j + th) % Mx) * (3 * BR) + th if j < m else -1
+
+
+@functools.cache
+def _kept_costs(rows: int, warps: int):
+    """The up and left edge costs of every cell into the kept array's slots of their weights
+    (float32; :func:`_transition_fast`'s, the forward's own function), for the forward to read
+    steps before its cells: a block per (task, band, chunk of steps), mapped as
+    :func:`_kept_gradients`; 0 outside the band."""
+    T = WARP * warps
+    BR = T * rows
+    R1 = rows + 1
+
+    @device
+    def cost_row(k, args, carry):
+        Wt, at, i0, n, lo, hi, j, xv, yj, yp, c, gamma, ig = args
+        i = i0 + k
+        if i < n:
+            cu = cl = 0.0
+            if -lo <= j - i and j - i <= hi:
+                cu = _transition_fast(xv[k + 1], xv[k], yj, c, gamma, ig)[0]
+                cl = _transition_fast(yj, yp, xv[k + 1], c, gamma, ig)[0]
+            Wt[at + BR + k * T] = cu
+            Wt[at + 2 * BR + k * T] = cl
+        return carry
+
+    cells = _unrolled(cost_row, rows, False)
+
+    @kernel
+    def costs(x, y, c, gamma, ns, ms, los, his, Wt, bands, chunks, span):
+        th = cuda.threadIdx.x
+        lane = th % WARP
+        blk = cuda.blockIdx.x
+        chunk, band = blk % chunks, (blk // chunks) % bands
+        task = blk // (chunks * bands)
+        D, Mx = x.shape[2], y.shape[1]
+        b, d = task // D, task % D
+        n, m, lo, hi = ns[b], ms[b], los[b], his[b]
+        top = band * BR
+        i0 = top + th * rows
+        if top >= n:
+            return
+        ig = LOG2E / gamma
+        xv = cuda.local.array(R1, float64)  # x_{i0-1} .. x_{i0+rows-1}
+        xv[0] = x[b, max(min(i0, n) - 1, 0), d]
+        for k in range(rows):
+            xv[k + 1] = x[b, min(i0 + k, n - 1), d]
+        s0 = chunk * span
+        for s in range(s0, min(s0 + span, m + WARP - 1)):
+            j = s - lane
+            if 0 <= j and j < m and i0 < n:
+                at = _kept_at(task, band, bands, Mx, j, th, BR, m)
+                yj = y[b, j, d]
+                yp = y[b, j - 1, d] if j > 0 else yj
+                cells(0, (Wt, at, i0, n, lo, hi, j, xv, yj, yp, c, gamma, ig), 0)
+
+    return costs
 
 
 @functools.cache
@@ -1324,8 +1399,15 @@ def msm_cuda(
             raise ValueError("sdtw: kept weights are float32: float32 inputs only")
         forward, backward = _wavefront(*shape, fast, nb > 1, depth, kept)
         threads = WARP * shape[1]
+        steps = M + WARP - 1  # (the cells' passes: a warp's steps)
+        nc = _chunks(steps, grid, shape[1], sms) if chunks is None else chunks
+        if nc < 1:
+            raise ValueError(f"sdtw: chunks must be >= 1, got {nc}")
+        span = -(-steps // nc)
         if kept:  # (every cell that the kernels read is written first)
             R = torch.empty(grid * M * 3 * threads * shape[0], dtype=torch.float32, device=dev)
+            if depth > 0:  # (the forward reads its costs steps ahead)
+                launch(_kept_costs(*shape), grid * nc, threads, dev, *args, R, nb, nc, span)
         else:
             R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
         values = torch.empty(B * D, dtype=torch.float64, device=dev)
@@ -1343,11 +1425,6 @@ def msm_cuda(
         rows, warps_ = shape
         launch(_kept_backward(rows, warps_, nb > 1, 2 if rows <= 4 else 1), grid, threads, dev,
                D, M, ns, ms, R, hand_over(grid * M + 1)[0], nb)  # fmt: skip
-        steps = M + WARP - 1
-        nc = _chunks(steps, grid, warps_, sms) if chunks is None else chunks
-        if nc < 1:
-            raise ValueError(f"sdtw: chunks must be >= 1, got {nc}")
-        span = -(-steps // nc)
         parts = torch.zeros(B * D * (2 * nc * N + nb * nc * warps_ * M), dtype=torch.float64,
                             device=dev)  # fmt: skip
         gxp = parts[: B * 2 * nc * N * D].view(B, 2 * nc, N, D)
