@@ -617,13 +617,14 @@ def _wavefront(
         y_next = y[b, 0, d] if th == 0 else 0.0
         C = cuda.local.array((A, 3, rows), float64)  # (ahead: the next columns' costs)
         lim = n - i0  # (kept: the strip's rows with costs)
+        kbase, key0 = (task * bands + band) * Mx, th % Mx  # (kept: where its columns are)
         if ahead:  # (columns 0 .. A - 1's costs; y_{j+A-1}, y_{j+A} of step 0's j = -th)
-            at = _kept_at(task, band, bands, Mx, 0, th, BR, m) if kept else -1
+            at = _kept_at(kbase, key0, Mx, 0, th, BR, m) if kept else -1
             costs(0, (xs, th, y[b, 0, d], y[b, 0, d], c, gamma, ig, C, 0, 0, R, at, lim),
                   x_above)  # fmt: skip
             if A > 1:
                 y1 = y[b, min(1, m - 1), d]
-                at = _kept_at(task, band, bands, Mx, 1, th, BR, m) if kept else -1
+                at = _kept_at(kbase, key0, Mx, 1, th, BR, m) if kept else -1
                 costs(0, (xs, th, y1, y[b, 0, d], c, gamma, ig, C, 1, 0, R, at, lim), x_above)
             y_next = y[b, min(max(A - 1 - th, 0), m - 1), d]
             y_after = y[b, min(max(A - th, 0), m - 1), d]
@@ -658,7 +659,7 @@ def _wavefront(
             if 0 <= j and j < m and i0 < n:
                 at = task  # (kept: the column's weights, a ring of Mx columns by j + th)
                 if kept:
-                    at = _kept_at(task, band, bands, Mx, j, th, BR, m)
+                    at = _kept_at(kbase, key0, Mx, j, th, BR, m)
                 if ahead:
                     down(0, (R, at, i0, j, n, lo, hi, Rs, gamma, ig, C), (diag, up))
                 else:
@@ -669,7 +670,7 @@ def _wavefront(
                     st_if(bnd, row_out + j, as_bits(bot), feeds)
                 if ahead:  # (the next step's hand-over now, then column j + A's costs)
                     hand[(s + 1) & 1, th] = bot
-                    ac = _kept_at(task, band, bands, Mx, j + A, th, BR, m) if kept else -1
+                    ac = _kept_at(kbase, key0, Mx, j + A, th, BR, m) if kept else -1
                     cargs = (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1, R, ac, lim)
                     costs(0, cargs, x_above)
         for k in range(rows):  # (the last column's R[n - 1, m - 1]: the task's value)
@@ -833,10 +834,13 @@ def _kept_index(task, band, bands, Mx, j, th, e, k, rows, T):
 
 
 @device
-def _kept_at(task, band, bands, Mx, j, th, BR, m):
-    """The offset of thread ``th``'s column ``j`` in the kept array (:func:`_kept_index`'s at
-    ``e = k = 0``), -1 past column ``m - 1``."""
-    return ((task * bands + band) * Mx + (j + th) % Mx) * (3 * BR) + th if j < m else -1
+def _kept_at(base, key0, Mx, j, th, BR, m):
+    """The offset of thread ``th``'s column ``0 <= j`` in the kept array (:func:`_kept_index`'s
+    at ``e = k = 0``; ``base = (task bands + band) Mx``, ``key0 = th mod Mx``: a subtraction
+    for the ring, not a 64-bit division a step), -1 past column ``m - 1``."""
+    key = key0 + j
+    key = key - Mx if key >= Mx else key
+    return (base + key) * (3 * BR) + th if j < m else -1
 
 
 @functools.cache
@@ -884,10 +888,11 @@ def _kept_costs(rows: int, warps: int):
         for k in range(rows):
             xv[k + 1] = x[b, min(i0 + k, n - 1), d]
         s0 = chunk * span
+        base, key0 = (task * bands + band) * Mx, th % Mx
         for s in range(s0, min(s0 + span, m + WARP - 1)):
             j = s - lane
             if 0 <= j and j < m and i0 < n:
-                at = _kept_at(task, band, bands, Mx, j, th, BR, m)
+                at = _kept_at(base, key0, Mx, j, th, BR, m)
                 yj = y[b, j, d]
                 yp = y[b, j - 1, d] if j > 0 else yj
                 cells(0, (Wt, at, i0, n, lo, hi, j, xv, yj, yp, c, gamma, ig), 0)
@@ -958,7 +963,7 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
         grp_g = cuda.shared.array(WARP, float64)  # from the band below, a group of columns
         for k in range(rows):
             Gs[k] = 0.0
-        base = (task * bands + band) * Mx
+        base, key0 = (task * bands + band) * Mx, th % Mx
         fed_band = split and top + BR < n
         fed = fed_band and th // WARP == last // WARP  # (the last thread's warp)
         feeds = split and band > 0 and th == 0
@@ -969,8 +974,7 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
         for q in range(A):  # (the thread's first columns: its own and the next A - 1)
             jw = min(j0, m - 1) - q
             if 0 <= jw and mine:
-                key = (jw + th) % Mx
-                loads(0, (Wt, (base + key) * (3 * BR) + th, i0, n, Wl, q), 0)
+                loads(0, (Wt, _kept_at(base, key0, Mx, jw, th, BR, m), i0, n, Wl, q), 0)
         match_top = 0.0  # the top row's match push of the step before (into the same cell)
         for s in range(m + last):
             cuda.syncthreads()
@@ -983,8 +987,7 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
                 G_below = grp_g[s & (WARP - 1)]
             j = j0 - s
             if 0 <= j and j < m and mine:
-                key = (j + th) % Mx
-                at = (base + key) * (3 * BR) + th
+                at = _kept_at(base, key0, Mx, j, th, BR, m)
                 o_up, o_match = chain(0, (Wt, at, i0, j, n, m, Gs, Wl), (G_below, 0.0))
                 send = o_up + match_top
                 match_top = o_match
@@ -997,8 +1000,7 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
                             Wl[q, e, k] = Wl[q + 1, e, k]
                 jw = j - A
                 if jw >= 0:
-                    key = (jw + th) % Mx
-                    loads(0, (Wt, (base + key) * (3 * BR) + th, i0, n, Wl, A - 1), 0)
+                    loads(0, (Wt, _kept_at(base, key0, Mx, jw, th, BR, m), i0, n, Wl, A - 1), 0)
 
     return backward
 
@@ -1050,7 +1052,7 @@ def _kept_gradients(rows: int, warps: int):
         blk = cuda.blockIdx.x
         chunk, band = blk % chunks, (blk // chunks) % bands
         task = blk // (chunks * bands)
-        N, D, Mx = x.shape[1], x.shape[2], y.shape[1]
+        D, Mx = x.shape[2], y.shape[1]
         b, d = task // D, task % D
         n, m = ns[b], ms[b]
         top = band * BR
@@ -1066,7 +1068,7 @@ def _kept_gradients(rows: int, warps: int):
             gxl[k] = 0.0
         xch = cuda.shared.array((2, T), float64)  # (the simulator's shuffles)
         xch2 = cuda.shared.array((2, T), float64)
-        base = (task * bands + band) * Mx
+        base, key0 = (task * bands + band) * Mx, th % Mx
         slot = (band * chunks + chunk) * (T // WARP) + w
         s0 = chunk * span
         s1 = min(s0 + span, m + WARP - 1)
@@ -1076,8 +1078,7 @@ def _kept_gradients(rows: int, warps: int):
             j = s - lane
             col = prev_col = 0.0
             if 0 <= j and j < m and i0 < n:
-                key = (j + th) % Mx
-                at = (base + key) * (3 * BR) + th
+                at = _kept_at(base, key0, Mx, j, th, BR, m)
                 yj = y[b, j, d]
                 yp = y[b, j - 1, d] if j > 0 else yj
                 args = (Wt, at, i0, n, xv, gxl, yj, yp, c, gamma, ig)
