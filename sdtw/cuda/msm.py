@@ -1,8 +1,9 @@
 """Soft-MSM on the GPU: the ``"softmsm"`` recurrence's CUDA kernels.
 
 The edge costs are computed in the kernels from x and y (:mod:`sdtw.msm_reference` has the
-maths); ``R`` (P = B D, N, M) float64 is kept in global memory between the forward and the
-backward.  R, its candidates and the occupancies are float64; the transcendentals are float64
+maths); for float64 inputs ``R`` (P = B D, N, M) float64 is kept in global memory between the
+forward and the backward, for float32 inputs each cell's three edge weights (float32; "Kept
+weights" below).  R, its candidates and the occupancies are float64; the transcendentals are float64
 (libdevice) for float64 inputs and the hardware's float32 ``ex2`` / ``lg2`` / ``rcp`` /
 ``rsqrt`` of float32 roundings of float64 differences for float32 inputs (the wavefront
 kernels: :func:`_row_functions`), as soft-DTW's float32 kernels do.
@@ -77,6 +78,30 @@ first forward and bottom band first backward, so a block only waits for a block 
 before it, in any schedule (and in the simulator, which runs blocks one at a time).  The
 cells' arithmetic and every sum's order are those of one block of the same rows per thread:
 the same bits.
+
+Kept weights (float32 inputs, the wavefront kernels; ``kept``): the backward above spends
+most of a step on the later columns' weights and costs' partial derivatives, work that does
+not depend on the step before but sits in the steps of a chain.  So for float32 inputs:
+
+* a pass over every cell in parallel (:func:`_kept_costs`) computes the up and left edge
+  costs (float32 roundings of the forward's own) where the weights will go;
+* the forward reads them steps ahead instead of computing them, and stores each cell's three
+  edge weights ``exp((R[i, j] - candidate) / gamma)`` (float32; from the softmin's own sum,
+  :func:`_softmin3_weights_fast`) in place of ``R``;
+* the backward (:func:`_kept_backward`) is ``G``'s wavefront alone, the same hand-overs as
+  above: ``G[i, j]`` the sum of its successors' pushes, each incoming edge's occupancy
+  ``G w`` stored over its weight;
+* a gradients pass over every cell in parallel (:func:`_kept_gradients`) multiplies the
+  occupancies by the costs' partial derivatives: a thread's rows' ``x`` sums in registers,
+  ``y``'s column sums down a warp's lanes by shuffles, parts that torch sums (no atomics: the
+  same bits on every run).
+
+The array is laid out by (task, band, key, edge, row of the strip, thread) with ``key = (j +
+th) mod M`` (:func:`_kept_index`), so that the threads of a step, on columns ``s - th``, touch
+consecutive addresses.  It takes 12 bytes a cell (over the rows of the blocks' strips)
+against ``R``'s 8; the values are within a few 1e-9 (relative) of the float64 reference, the
+gradients as those of ``R`` kept (``overrides(msm_kept=False)``).  The cell passes run in
+``chunks`` of steps (:func:`_chunks`) where the tasks' warps are too few to fill the GPU.
 
 Diagonal kernels (any N; the fallback past ``MAX_N`` rows), simple and slow: one block per task
 sweeps its table by anti-diagonals (the cells of ``i + j = k`` depend only on diagonals
