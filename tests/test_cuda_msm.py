@@ -326,11 +326,11 @@ def test_kept_weights_switches(rng):
 
 
 def test_the_rule_for_chunks():
-    # (B = 32, N = 512 on an H100: 4 bands of 4 warps; 16 warps an SM wanted)
-    assert _chunks(512 + 31, 128, 4, 132) == 5
+    # (B = 32, N = 512 on an H100: 4 bands of 4 warps; 24 warps an SM wanted)
+    assert _chunks(512 + 31, 128, 4, 132) == 7
     assert _chunks(40 + 31, 128, 4, 132) == 1  # (a chunk at least 64 steps)
-    assert _chunks(512 + 31, 4 * 132, 1, 132) == 4
-    assert _chunks(512 + 31, 16 * 132, 1, 132) == 1  # (blocks enough)
+    assert _chunks(512 + 31, 4 * 132, 1, 132) == 6
+    assert _chunks(512 + 31, 24 * 132, 1, 132) == 1  # (blocks enough)
     assert _chunks(512 + 31, 1, 1, 0) == 1  # (the simulator)
 
 

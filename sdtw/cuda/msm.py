@@ -126,6 +126,9 @@ from sdtw.cuda.kernels.jit import SIMULATED, device, kernel
 from sdtw.cuda.kernels.primitives import (
     any_lane,
     as_bits,
+    cp_async,
+    cp_commit,
+    cp_wait_group,
     exp2,
     fast_rcp,
     fast_rsqrt,
@@ -368,9 +371,11 @@ def _row_functions(fast: bool, depth: int = 1, kept: tuple = ()) -> tuple:
         """Row ``i0 + k``'s candidates' costs (match, up, left) at a column (``yv = y_j``,
         ``yp = y_{j-1}``) into ``C[q, :, k]``, the ``C[1 .. moves]`` moved one place down
         first; returns the row's sample (the next row's ``x_{i-1}``).  ``kept``: the up and
-        left costs read from ``W`` (:func:`_kept_costs`' pass; the column's offset ``at``,
-        -1 for a column that never comes; rows from ``lim`` on read as 0)."""
-        xs, th, yv, yp, c, gamma, ig, C, q, moves, W, at, lim = args
+        left costs copied from ``W`` (:func:`_kept_costs`' pass; the column's offset ``at``,
+        -1 for a column that never comes; rows from ``lim`` on read as 0) into the shared
+        ``Cs`` at ``cs`` (its slot's offset) by asynchronous copies, which a block barrier
+        does not wait for as it waits for loads into registers."""
+        xs, th, yv, yp, c, gamma, ig, C, q, moves, W, at, lim, Cs, cs = args
         for t in range(moves):
             for u in range(3):
                 C[t, u, k] = C[t + 1, u, k]
@@ -378,9 +383,12 @@ def _row_functions(fast: bool, depth: int = 1, kept: tuple = ()) -> tuple:
         dm = xi - yv
         C[q, 0, k] = dm * dm
         if KEPT:
-            ok = at >= 0 and k < lim
-            C[q, 1, k] = float64(W[at + KS + k * KT]) if ok else 0.0
-            C[q, 2, k] = float64(W[at + 2 * KS + k * KT]) if ok else 0.0
+            if at >= 0 and k < lim:
+                cp_async(Cs, cs + k * KT, W, at + KS + k * KT)
+                cp_async(Cs, cs + KS + k * KT, W, at + 2 * KS + k * KT)
+            else:
+                Cs[cs + k * KT] = zero
+                Cs[cs + KS + k * KT] = zero
         else:
             C[q, 1, k] = transition(xi, xp, yv, c, gamma, ig)[0]
             C[q, 2, k] = transition(yv, yp, xi, c, gamma, ig)[0]
@@ -390,13 +398,15 @@ def _row_functions(fast: bool, depth: int = 1, kept: tuple = ()) -> tuple:
     def _forward_cell(k, args, carry):
         """:func:`_forward_row` with the costs of column ``j`` computed steps before (in
         ``C[0]``): the step's chain of ``R`` only."""
-        R, task, i0, j, n, lo, hi, Rs, gamma, ig, C = args
+        R, task, i0, j, n, lo, hi, Rs, gamma, ig, C, Cs, cs = args
         diag, up = carry
         i = i0 + k
         left = Rs[k]
         inside = i < n and -lo <= j - i and j - i <= hi
-        v = _store(R, task, i, j, k, n, inside, diag, up, left, C[0, 0, k], C[0, 1, k],
-                   C[0, 2, k], gamma, ig)  # fmt: skip
+        cu, cl = C[0, 1, k], C[0, 2, k]
+        if KEPT:  # (copied to the shared Cs at cs steps before)
+            cu, cl = float64(Cs[cs + k * KT]), float64(Cs[cs + KS + k * KT])
+        v = _store(R, task, i, j, k, n, inside, diag, up, left, C[0, 0, k], cu, cl, gamma, ig)
         Rs[k] = v
         return left, v
 
@@ -596,6 +606,9 @@ def _wavefront(
     # (ahead: a step's chain first, then its hand-over, then the next column's costs or
     # weights, in that order in the code: a warp issues in order)
     down = _unrolled(forward_cell if ahead else forward_row, rows, False)
+    CSLOTS = 2 * A  # (kept: the costs' slots in shared memory, a power of two)
+    CS = CSLOTS * 2 * BR if kept and ahead else 1
+    wait_costs = cp_wait_group(A - 1)
     costs = _unrolled(costs_row, rows, False)
     up_strip = _unrolled(backward_chain if ahead else backward_row, rows, True)
     up_next = _unrolled(backward_next, rows, True)
@@ -643,14 +656,21 @@ def _wavefront(
         C = cuda.local.array((A, 3, rows), float64)  # (ahead: the next columns' costs)
         lim = n - i0  # (kept: the strip's rows with costs)
         kbase, key0 = (task * bands + band) * Mx, th % Mx  # (kept: where its columns are)
+        Cs = cuda.shared.array(CS, float32)  # (kept: the up and left costs, 2 A columns)
         if ahead:  # (columns 0 .. A - 1's costs; y_{j+A-1}, y_{j+A} of step 0's j = -th)
             at = _kept_at(kbase, key0, Mx, 0, th, BR, m) if kept else -1
-            costs(0, (xs, th, y[b, 0, d], y[b, 0, d], c, gamma, ig, C, 0, 0, R, at, lim),
-                  x_above)  # fmt: skip
+            cargs = (xs, th, y[b, 0, d], y[b, 0, d], c, gamma, ig, C, 0, 0, R, at, lim, Cs, th)
+            costs(0, cargs, x_above)
+            if kept:
+                cp_commit()
             if A > 1:
                 y1 = y[b, min(1, m - 1), d]
                 at = _kept_at(kbase, key0, Mx, 1, th, BR, m) if kept else -1
-                costs(0, (xs, th, y1, y[b, 0, d], c, gamma, ig, C, 1, 0, R, at, lim), x_above)
+                cs = 2 * BR + th
+                cargs = (xs, th, y1, y[b, 0, d], c, gamma, ig, C, 1, 0, R, at, lim, Cs, cs)
+                costs(0, cargs, x_above)
+                if kept:
+                    cp_commit()
             y_next = y[b, min(max(A - 1 - th, 0), m - 1), d]
             y_after = y[b, min(max(A - th, 0), m - 1), d]
         hand[0, th] = hand[1, th] = INF  # (ahead: written by active steps only)
@@ -686,7 +706,10 @@ def _wavefront(
                 if kept:
                     at = _kept_at(kbase, key0, Mx, j, th, BR, m)
                 if ahead:
-                    down(0, (R, at, i0, j, n, lo, hi, Rs, gamma, ig, C), (diag, up))
+                    if kept:
+                        wait_costs()  # (column j's copies; those of the next A - 1 may fly)
+                    cs = (j & (CSLOTS - 1)) * (2 * BR) + th
+                    down(0, (R, at, i0, j, n, lo, hi, Rs, gamma, ig, C, Cs, cs), (diag, up))
                 else:
                     args = (R, at, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
                     down(0, args, (diag, up, x_above))
@@ -696,8 +719,12 @@ def _wavefront(
                 if ahead:  # (the next step's hand-over now, then column j + A's costs)
                     hand[(s + 1) & 1, th] = bot
                     ac = _kept_at(kbase, key0, Mx, j + A, th, BR, m) if kept else -1
-                    cargs = (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1, R, ac, lim)
+                    cs = ((j + A) & (CSLOTS - 1)) * (2 * BR) + th
+                    cargs = (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1, R, ac, lim, Cs,
+                             cs)  # fmt: skip
                     costs(0, cargs, x_above)
+                    if kept:
+                        cp_commit()
         for k in range(rows):  # (the last column's R[n - 1, m - 1]: the task's value)
             if i0 + k == n - 1:
                 values[task] = Rs[k]
@@ -929,31 +956,37 @@ def _kept_costs(rows: int, warps: int):
 def _kept_backward(rows: int, warps: int, split: bool, A: int):
     """The backward of the kept weights: the mirror wavefront of :func:`_wavefront`'s backward
     (bands, hand-overs and columns as there), each cell's ``G`` the sum of its successors'
-    pushes and each incoming edge's occupancy ``G w`` stored over its weight; the weights of
-    a column are loaded ``A`` steps before its cells."""
+    pushes and each incoming edge's occupancy ``G w`` stored over its weight; a column's
+    weights are copied to shared memory ``A`` steps before its cells by asynchronous copies
+    (a block barrier waits for loads into registers, not for those)."""
     T = WARP * warps
     BR = T * rows
+    SLOTS = 2 * A  # (columns in shared memory: a power of two)
+    WS = SLOTS * 3 * BR  # (a shared array's length: a constant)
     zero = float32(0.0)
+    wait_weights = cp_wait_group(A - 1)
 
     @device
     def load_row(k, args, carry):
-        Wt, at, i0, n, Wl, q = args
-        ok = i0 + k < n  # (rows past n were never written)
+        Wt, at, i0, n, Ws, ws = args
         for e in range(3):
-            Wl[q, e, k] = Wt[at + e * BR + k * T] if ok else zero
+            if i0 + k < n:
+                cp_async(Ws, ws + e * BR + k * T, Wt, at + e * BR + k * T)
+            else:  # (rows past n were never written)
+                Ws[ws + e * BR + k * T] = zero
         return carry
 
     @device
     def chain_row(k, args, carry):
-        Wt, at, i0, j, n, m, Gs, Wl = args
+        Wt, at, i0, j, n, m, Gs, Ws, ws = args
         up_in, match_in = carry
         i = i0 + k
         g = Gs[k] + up_in
         if i == n - 1 and j == m - 1:
             g += 1.0
-        o_match = g * float64(Wl[0, 0, k])
-        o_up = g * float64(Wl[0, 1, k])
-        o_left = g * float64(Wl[0, 2, k])
+        o_match = g * float64(Ws[ws + k * T])
+        o_up = g * float64(Ws[ws + BR + k * T])
+        o_left = g * float64(Ws[ws + 2 * BR + k * T])
         if i < n:
             Wt[at + k * T] = o_match
             Wt[at + BR + k * T] = o_up
@@ -984,7 +1017,7 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
         mine = i0 < n
         hand = cuda.shared.array((2, T), float64)  # pushed into the row above, by step parity
         Gs = cuda.local.array(rows, float64)  # pushed into the strip's column j so far
-        Wl = cuda.local.array((A, 3, rows), float32)  # the next columns' weights
+        Ws = cuda.shared.array(WS, float32)  # the next columns' weights
         grp_g = cuda.shared.array(WARP, float64)  # from the band below, a group of columns
         for k in range(rows):
             Gs[k] = 0.0
@@ -999,7 +1032,9 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
         for q in range(A):  # (the thread's first columns: its own and the next A - 1)
             jw = min(j0, m - 1) - q
             if 0 <= jw and mine:
-                loads(0, (Wt, _kept_at(base, key0, Mx, jw, th, BR, m), i0, n, Wl, q), 0)
+                ws = (jw & (SLOTS - 1)) * (3 * BR) + th
+                loads(0, (Wt, _kept_at(base, key0, Mx, jw, th, BR, m), i0, n, Ws, ws), 0)
+            cp_commit()
         match_top = 0.0  # the top row's match push of the step before (into the same cell)
         for s in range(m + last):
             cuda.syncthreads()
@@ -1013,19 +1048,19 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
             j = j0 - s
             if 0 <= j and j < m and mine:
                 at = _kept_at(base, key0, Mx, j, th, BR, m)
-                o_up, o_match = chain(0, (Wt, at, i0, j, n, m, Gs, Wl), (G_below, 0.0))
+                wait_weights()  # (column j's copies; those of the next A - 1 may fly)
+                ws = (j & (SLOTS - 1)) * (3 * BR) + th
+                o_up, o_match = chain(0, (Wt, at, i0, j, n, m, Gs, Ws, ws), (G_below, 0.0))
                 send = o_up + match_top
                 match_top = o_match
                 hand[(s + 1) & 1, th] = send  # (the next step's hand-over now)
                 if split:  # (columns right to left: index m - 1 - j)
                     st_if(bnd_g, row_out + (m - 1 - j), as_bits(send), feeds)
-                for q in range(A - 1):
-                    for e in range(3):
-                        for k in range(rows):
-                            Wl[q, e, k] = Wl[q + 1, e, k]
                 jw = j - A
                 if jw >= 0:
-                    loads(0, (Wt, _kept_at(base, key0, Mx, jw, th, BR, m), i0, n, Wl, A - 1), 0)
+                    ws = (jw & (SLOTS - 1)) * (3 * BR) + th
+                    loads(0, (Wt, _kept_at(base, key0, Mx, jw, th, BR, m), i0, n, Ws, ws), 0)
+                cp_commit()
 
     return backward
 
@@ -1094,7 +1129,7 @@ def _kept_gradients(rows: int, warps: int):
         xch = cuda.shared.array((2, T), float64)  # (the simulator's shuffles)
         xch2 = cuda.shared.array((2, T), float64)
         base, key0 = (task * bands + band) * Mx, th % Mx
-        slot = (band * chunks + chunk) * (T // WARP) + w
+        slot = (chunk * bands + band) * (T // WARP) + w  # (chunk-major: the bits of one band)
         s0 = chunk * span
         s1 = min(s0 + span, m + WARP - 1)
         gx_above = 0.0
@@ -1128,13 +1163,13 @@ def _kept_gradients(rows: int, warps: int):
 
 
 def _chunks(steps: int, blocks: int, warps: int, sms: int) -> int:
-    """Chunks of steps for :func:`_kept_gradients`: enough for about 16 warps an SM (4 a
-    sub-partition: each step's cells are a chain of latencies) where the blocks are fewer,
-    a chunk at least 64 steps (a column's sum is stored once more a chunk); 1 in the simulator
-    (``sms = 0``)."""
+    """Chunks of steps for the cell passes (:func:`_kept_costs`, :func:`_kept_gradients`):
+    enough for about 24 warps an SM (what their registers allow: each step's cells are a
+    chain of latencies, a load's first) where the blocks are fewer, a chunk at least 64 steps
+    (a column's sum is stored once more a chunk); 1 in the simulator (``sms = 0``)."""
     if sms == 0:
         return 1
-    want = -(-16 * sms // (blocks * warps))
+    want = -(-24 * sms // (blocks * warps))
     return max(1, min(want, steps // 64))
 
 

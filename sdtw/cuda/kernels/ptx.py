@@ -273,6 +273,39 @@ def cp_wait():
     return cp_wait
 
 
+def cp_commit():
+    """``cp_commit()``: close this thread's group of :func:`cp_async` copies
+    (``cp.async.commit_group``), for :func:`cp_wait_group` to wait on."""
+
+    @intrinsic
+    def cp_commit(typingctx):
+        def codegen(context, builder, signature, args):
+            builder.asm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;",
+                        "~{memory}", [], True)  # fmt: skip
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    return cp_commit
+
+
+def cp_wait_group(n: int):
+    """``cp_wait_group()``: wait until at most ``n`` of this thread's committed groups of
+    copies are pending (``cp.async.wait_group n``): the older ones have landed.  A block
+    barrier does not wait for copies in flight, as it waits for loads into registers."""
+    text = f"cp.async.wait_group {int(n)};"
+
+    @intrinsic
+    def cp_wait_group(typingctx):
+        def codegen(context, builder, signature, args):
+            builder.asm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", [], True)
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    return cp_wait_group
+
+
 def red2():
     """``red2(A, j, v0, v1)``: ``A[j] += v0; A[j + 1] += v1`` (float32, global memory, ``j``
     even: an 8-byte aligned pair) as one vector reduction, ``red.global.add.v2.f32`` (sm_90,

@@ -249,6 +249,25 @@ def cp_wait():
     _COPIES.groups = [[]]
 
 
+def cp_commit():
+    """``cp.async.commit_group``: the open group closes; a new one opens."""
+    _pending().append([])
+
+
+def cp_wait_group(n: int):
+    """``cp.async.wait_group n``: the committed groups but the newest ``n`` land."""
+
+    def wait():
+        groups = _pending()
+        closed = len(groups) - 1
+        for group in groups[: max(closed - n, 0)]:
+            for S, i, v in group:
+                S[i] = v
+        _COPIES.groups = groups[max(closed - n, 0) :]
+
+    return wait
+
+
 _ATOMIC = threading.Lock()
 
 
