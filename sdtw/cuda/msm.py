@@ -1079,15 +1079,23 @@ def _kept_gradients(rows: int, warps: int):
     T = WARP * warps
     BR = T * rows
     R1 = rows + 1  # (a local array's length: a constant)
+    zero = float32(0.0)
+
+    @device
+    def fetch_row(k, args, carry):
+        Wt, at, i0, n, On = args
+        for e in range(3):
+            On[e, k] = Wt[at + e * BR + k * T] if i0 + k < n else zero
+        return carry
 
     @device
     def cell_row(k, args, carry):
-        Wt, at, i0, n, xv, gxl, yj, yp, c, gamma, ig = args
+        Oc, i0, n, xv, gxl, yj, yp, c, gamma, ig = args
         gx_above, col, prev_col = carry
         if i0 + k < n:
-            o_match = float64(Wt[at + k * T])
-            o_up = float64(Wt[at + BR + k * T])
-            o_left = float64(Wt[at + 2 * BR + k * T])
+            o_match = float64(Oc[0, k])
+            o_up = float64(Oc[1, k])
+            o_left = float64(Oc[2, k])
             if o_match != 0.0 or o_up != 0.0 or o_left != 0.0:
                 xi, xp = xv[k + 1], xv[k]
                 dm = xi - yj
@@ -1104,6 +1112,7 @@ def _kept_gradients(rows: int, warps: int):
         return gx_above, col, prev_col
 
     cells = _unrolled(cell_row, rows, False)
+    fetch = _unrolled(fetch_row, rows, False)
 
     @kernel
     def gradients(x, y, c, gamma, ns, ms, Wt, gxp, gyp, bands, chunks, span):
@@ -1134,14 +1143,29 @@ def _kept_gradients(rows: int, warps: int):
         s1 = min(s0 + span, m + WARP - 1)
         gx_above = 0.0
         run = 0.0  # this lane's column's sum over the warp's rows above and its own
+        # (a step's occupancies and y_j loaded a step before: no barrier waits for them here)
+        On = cuda.local.array((3, rows), float32)
+        Oc = cuda.local.array((3, rows), float32)
+        jn = s0 - lane
+        if 0 <= jn and jn < m and i0 < n:
+            fetch(0, (Wt, _kept_at(base, key0, Mx, jn, th, BR, m), i0, n, On), 0)
+        yn = y[b, min(max(jn, 0), m - 1), d]
+        yq = y[b, min(max(jn - 1, 0), m - 1), d]  # (y of the column before)
         for s in range(s0, s1):
             j = s - lane
+            yj = yn
+            yp = yq if j > 0 else yn
+            for e in range(3):
+                for k in range(rows):
+                    Oc[e, k] = On[e, k]
+            jn = j + 1
+            if 0 <= jn and jn < m and i0 < n:
+                fetch(0, (Wt, _kept_at(base, key0, Mx, jn, th, BR, m), i0, n, On), 0)
+            yq = yn
+            yn = y[b, min(max(jn, 0), m - 1), d]
             col = prev_col = 0.0
             if 0 <= j and j < m and i0 < n:
-                at = _kept_at(base, key0, Mx, j, th, BR, m)
-                yj = y[b, j, d]
-                yp = y[b, j - 1, d] if j > 0 else yj
-                args = (Wt, at, i0, n, xv, gxl, yj, yp, c, gamma, ig)
+                args = (Oc, i0, n, xv, gxl, yj, yp, c, gamma, ig)
                 gx_above, col, prev_col = cells(0, args, (gx_above, 0.0, 0.0))
             p = s & 1
             run_in = from_prev_lane(run, xch, p)  # (column j's sum, the lane above's last step)
