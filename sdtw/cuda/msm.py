@@ -116,7 +116,7 @@ import functools
 import math
 
 import torch
-from numba import cuda, float32, float64, int64
+from numba import cuda, float32, float64, int32, int64
 
 from sdtw.cuda._launch import launch
 from sdtw.cuda.config import current_overrides
@@ -232,10 +232,10 @@ def _softmin3_fast(a, b, c, gamma, ig2):
 
 
 @device
-def _softmin3_weights_fast(a, b, c, gamma, ig2):
-    """:func:`_softmin3_fast` (the same value, bit for bit) and the three candidates' weights
-    ``exp((value - candidate) / gamma)`` as float32 (from the sum's reciprocal; all 0 if every
-    candidate is +inf): ``(value, w_a, w_b, w_c)``."""
+def _softmin3_split_fast(a, b, c, gamma, ig2):
+    """:func:`_softmin3_fast` (the same value, bit for bit) with what its candidates' weights
+    take (:func:`_weights_fast`): ``(value, e1, e2, s, code)``, ``code`` bit 0 ``a <= b``,
+    bit 1 ``c`` the minimum, bit 2 a finite minimum."""
     ab = a <= b
     lo1, hi1 = (a, b) if ab else (b, a)
     cl = c < lo1
@@ -245,11 +245,32 @@ def _softmin3_weights_fast(a, b, c, gamma, ig2):
     e2 = exp2(narrow((f - hi1) * ig2))
     s = float32(1.0) + e1 + e2
     r = f - (gamma * LN2) * float64(log2(s))
-    q = fast_rcp(s) if m < INF else float32(0.0)
+    code = (1 if ab else 0) + (2 if cl else 0) + (4 if m < INF else 0)
+    return (r if m < INF else m), e1, e2, s, code
+
+
+@device
+def _weights_fast(e1, e2, s, code):
+    """The three candidates' weights ``exp((value - candidate) / gamma)`` as float32 from
+    :func:`_softmin3_split_fast`'s parts (the sum's reciprocal; all 0 where ``code`` has no
+    finite minimum): ``(w_a, w_b, w_c)``."""
+    zero = float32(0.0)
+    if code < 4:
+        return zero, zero, zero
+    q = fast_rcp(s)
     w_o1, w_hi = e1 * q, e2 * q
+    cl = (code & 2) != 0
     w_lo = w_o1 if cl else q  # (lo1's: the minimum unless c is)
     w_c = q if cl else w_o1
-    return (r if m < INF else m), (w_lo if ab else w_hi), (w_hi if ab else w_lo), w_c
+    return (w_lo, w_hi, w_c) if (code & 1) != 0 else (w_hi, w_lo, w_c)
+
+
+@device
+def _softmin3_weights_fast(a, b, c, gamma, ig2):
+    """:func:`_softmin3_fast` and its candidates' weights: ``(value, w_a, w_b, w_c)``."""
+    v, e1, e2, s, code = _softmin3_split_fast(a, b, c, gamma, ig2)
+    wa, wb, wc = _weights_fast(e1, e2, s, code)
+    return v, wa, wb, wc
 
 
 @device
@@ -397,18 +418,39 @@ def _row_functions(fast: bool, depth: int = 1, kept: tuple = ()) -> tuple:
     @device
     def _forward_cell(k, args, carry):
         """:func:`_forward_row` with the costs of column ``j`` computed steps before (in
-        ``C[0]``): the step's chain of ``R`` only."""
-        R, task, i0, j, n, lo, hi, Rs, gamma, ig, C, Cs, cs = args
+        ``C[0]``): the step's chain of ``R`` only.  ``kept``: the weights' parts go to ``P``
+        and ``Q`` for :func:`_weights_row` after the step's hand-over (a warp issues in
+        order: the reciprocal's latency and the stores would delay it)."""
+        R, task, i0, j, n, lo, hi, Rs, gamma, ig, C, Cs, cs, P, Q = args
         diag, up = carry
         i = i0 + k
         left = Rs[k]
         inside = i < n and -lo <= j - i and j - i <= hi
-        cu, cl = C[0, 1, k], C[0, 2, k]
-        if KEPT:  # (copied to the shared Cs at cs steps before)
+        if KEPT:  # (the up and left costs copied to the shared Cs at cs steps before)
             cu, cl = float64(Cs[cs + k * KT]), float64(Cs[cs + KS + k * KT])
-        v = _store(R, task, i, j, k, n, inside, diag, up, left, C[0, 0, k], cu, cl, gamma, ig)
+            v, P[0, k], P[1, k], P[2, k], code = _softmin3_split_fast(
+                diag + C[0, 0, k], up + cu, left + cl, gamma, ig
+            )
+            if not inside:
+                v, code = INF, 0
+            Q[k] = code
+        else:
+            v = _store(R, task, i, j, k, n, inside, diag, up, left, C[0, 0, k], C[0, 1, k],
+                       C[0, 2, k], gamma, ig)  # fmt: skip
         Rs[k] = v
         return left, v
+
+    @device
+    def _weights_row(k, args, carry):
+        """Row ``i0 + k``'s three edge weights from :func:`_forward_cell`'s parts, stored at
+        the step's offset ``at`` of the kept array (rows past ``n`` not)."""
+        R, at, lim, P, Q = args
+        if k < lim:
+            wm, wu, wl = _weights_fast(P[0, k], P[1, k], P[2, k], Q[k])
+            R[at + k * KT] = wm
+            R[at + KS + k * KT] = wu
+            R[at + 2 * KS + k * KT] = wl
+        return carry
 
     @device
     def _backward_row(k, args, carry):
@@ -550,7 +592,7 @@ def _row_functions(fast: bool, depth: int = 1, kept: tuple = ()) -> tuple:
         return gx_above
 
     return (_forward_row, _backward_row, _forward_cell, _costs_row, _backward_chain,
-            _backward_next, _first_weights_row)  # fmt: skip
+            _backward_next, _first_weights_row, _weights_row)  # fmt: skip
 
 
 @device
@@ -600,9 +642,8 @@ def _wavefront(
     BR = T * rows  # (a band's rows)
     ahead = depth > 0
     A = max(depth, 1)  # (the local arrays' columns)
-    forward_row, backward_row, forward_cell, costs_row, backward_chain, backward_next, first_w = (
-        _row_functions(fast, A, (rows, T) if kept else ())
-    )
+    (forward_row, backward_row, forward_cell, costs_row, backward_chain, backward_next, first_w,
+     weights_row) = _row_functions(fast, A, (rows, T) if kept else ())  # fmt: skip
     # (ahead: a step's chain first, then its hand-over, then the next column's costs or
     # weights, in that order in the code: a warp issues in order)
     down = _unrolled(forward_cell if ahead else forward_row, rows, False)
@@ -613,6 +654,7 @@ def _wavefront(
     up_strip = _unrolled(backward_chain if ahead else backward_row, rows, True)
     up_next = _unrolled(backward_next, rows, True)
     first_weights = _unrolled(first_w, rows, False)
+    weights_out = _unrolled(weights_row, rows, False)
     scale = LOG2E if fast else 1.0
 
     @kernel
@@ -657,6 +699,8 @@ def _wavefront(
         lim = n - i0  # (kept: the strip's rows with costs)
         kbase, key0 = (task * bands + band) * Mx, th % Mx  # (kept: where its columns are)
         Cs = cuda.shared.array(CS, float32)  # (kept: the up and left costs, 2 A columns)
+        P = cuda.local.array((3, rows), float32)  # (kept: the step's weights' parts)
+        Q = cuda.local.array(rows, int32)
         if ahead:  # (columns 0 .. A - 1's costs; y_{j+A-1}, y_{j+A} of step 0's j = -th)
             at = _kept_at(kbase, key0, Mx, 0, th, BR, m) if kept else -1
             cargs = (xs, th, y[b, 0, d], y[b, 0, d], c, gamma, ig, C, 0, 0, R, at, lim, Cs, th)
@@ -709,7 +753,8 @@ def _wavefront(
                     if kept:
                         wait_costs()  # (column j's copies; those of the next A - 1 may fly)
                     cs = (j & (CSLOTS - 1)) * (2 * BR) + th
-                    down(0, (R, at, i0, j, n, lo, hi, Rs, gamma, ig, C, Cs, cs), (diag, up))
+                    fargs = (R, at, i0, j, n, lo, hi, Rs, gamma, ig, C, Cs, cs, P, Q)
+                    down(0, fargs, (diag, up))
                 else:
                     args = (R, at, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
                     down(0, args, (diag, up, x_above))
@@ -718,6 +763,8 @@ def _wavefront(
                     st_if(bnd, row_out + j, as_bits(bot), feeds)
                 if ahead:  # (the next step's hand-over now, then column j + A's costs)
                     hand[(s + 1) & 1, th] = bot
+                    if kept:  # (and before them, column j's weights)
+                        weights_out(0, (R, at, lim, P, Q), 0)
                     ac = _kept_at(kbase, key0, Mx, j + A, th, BR, m) if kept else -1
                     cs = ((j + A) & (CSLOTS - 1)) * (2 * BR) + th
                     cargs = (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1, R, ac, lim, Cs,
@@ -978,7 +1025,7 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
 
     @device
     def chain_row(k, args, carry):
-        Wt, at, i0, j, n, m, Gs, Ws, ws = args
+        i0, j, n, m, Gs, Ws, ws, Ob = args
         up_in, match_in = carry
         i = i0 + k
         g = Gs[k] + up_in
@@ -987,15 +1034,24 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
         o_match = g * float64(Ws[ws + k * T])
         o_up = g * float64(Ws[ws + BR + k * T])
         o_left = g * float64(Ws[ws + 2 * BR + k * T])
-        if i < n:
-            Wt[at + k * T] = o_match
-            Wt[at + BR + k * T] = o_up
-            Wt[at + 2 * BR + k * T] = o_left
+        Ob[0, k], Ob[1, k], Ob[2, k] = o_match, o_up, o_left
         Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
         return o_up, o_match
 
+    @device
+    def out_row(k, args, carry):
+        """Row ``i0 + k``'s occupancies stored over its weights, after the step's hand-over
+        (their float32 conversions would delay it: a warp issues in order)."""
+        Wt, at, lim, Ob = args
+        if k < lim:
+            Wt[at + k * T] = Ob[0, k]
+            Wt[at + BR + k * T] = Ob[1, k]
+            Wt[at + 2 * BR + k * T] = Ob[2, k]
+        return carry
+
     loads = _unrolled(load_row, rows, False)
     chain = _unrolled(chain_row, rows, True)
+    out = _unrolled(out_row, rows, False)
 
     @kernel
     def backward(D, Mx, ns, ms, Wt, bnd_g, bands):
@@ -1018,6 +1074,7 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
         hand = cuda.shared.array((2, T), float64)  # pushed into the row above, by step parity
         Gs = cuda.local.array(rows, float64)  # pushed into the strip's column j so far
         Ws = cuda.shared.array(WS, float32)  # the next columns' weights
+        Ob = cuda.local.array((3, rows), float64)  # the step's occupancies
         grp_g = cuda.shared.array(WARP, float64)  # from the band below, a group of columns
         for k in range(rows):
             Gs[k] = 0.0
@@ -1050,10 +1107,11 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
                 at = _kept_at(base, key0, Mx, j, th, BR, m)
                 wait_weights()  # (column j's copies; those of the next A - 1 may fly)
                 ws = (j & (SLOTS - 1)) * (3 * BR) + th
-                o_up, o_match = chain(0, (Wt, at, i0, j, n, m, Gs, Ws, ws), (G_below, 0.0))
+                o_up, o_match = chain(0, (i0, j, n, m, Gs, Ws, ws, Ob), (G_below, 0.0))
                 send = o_up + match_top
                 match_top = o_match
                 hand[(s + 1) & 1, th] = send  # (the next step's hand-over now)
+                out(0, (Wt, at, n - i0, Ob), 0)
                 if split:  # (columns right to left: index m - 1 - j)
                     st_if(bnd_g, row_out + (m - 1 - j), as_bits(send), feeds)
                 jw = j - A
