@@ -15,7 +15,7 @@ import torch
 import sdtw
 from sdtw.band import band_offsets, pair_offsets
 from sdtw.cpu import _tables
-from sdtw.cuda.msm import MAX_N, _bands, _chunks, _depth, _shape, msm_cuda
+from sdtw.cuda.msm import MAX_N, _bands, _chunks, _depth, _kept_fits, _shape, msm_cuda
 from sdtw.cuda.tables import device_tables
 from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
 from tests.conftest import requires_gpu, requires_sim
@@ -306,8 +306,10 @@ def test_kept_weights_match_the_reference(rng, B, N, M, D, bandwidth, lengths, w
 
 @requires_sim
 def test_kept_weights_switches(rng):
-    """``kept`` is float32 inputs' (refused for float64 ones); ``overrides(msm_kept=False)``
-    keeps ``R`` instead, as the argument does; chunks must be positive."""
+    """``kept`` is float32 inputs' with gradients (refused for float64 ones; a forward alone
+    keeps ``R``), where the backward's shared memory fits 48 KB (refused past it);
+    ``overrides(msm_kept=False)`` keeps ``R`` instead, as the argument does; chunks must be
+    positive."""
     from sdtw.cuda.config import overrides
 
     x = torch.as_tensor(rng.standard_normal((1, 20, 1)), dtype=torch.float32)
@@ -323,6 +325,14 @@ def test_kept_weights_switches(rng):
     kept = msm_cuda(x, y, C, GAMMA, tables, True)
     assert all(torch.equal(a, b) for a, b in zip(forced, given, strict=True))
     assert not torch.equal(kept[1], given[1])  # (the other backward ran)
+    # (a forward alone keeps R: its costs in the steps, no weights stored)
+    assert torch.equal(msm_cuda(x, y, C, GAMMA, tables, False)[0], given[0])
+    # (2048 rows a block: the kept backward's shared memory past 48 KB; R kept instead)
+    assert _kept_fits(1, 16) and _kept_fits(2, 8) and _kept_fits(8, 4)
+    assert not _kept_fits(16, 4) and not _kept_fits(4, 8)
+    long = torch.zeros((1, 2048, 1), dtype=torch.float32)  # (16 rows x 4 warps; refused first)
+    with pytest.raises(ValueError, match="more than 48 KB"):
+        msm_cuda(long, y, C, GAMMA, _tables_of(1, 2048, 9, None, None), True, kept=True)
 
 
 def test_the_rule_for_chunks():
@@ -412,9 +422,10 @@ def test_gpu_every_shape_of_the_rule(rng, N, dtype):
 def test_gpu_bands_are_the_one_block_bits(rng, dtype):
     """At the benchmark's size (B = 32, N = M = 512: the rule's 4 bands of 128 rows, every
     band waiting on its neighbour's hand-over values), the same bits as one block of 16 warps
-    per task, values and gradients; the same with two channels, a band of the table and
-    per-pair lengths (some pairs' rows end in the first band); and 16 bands at N = 2048 against
-    8 rows a thread."""
+    per task, values and gradients (float32 inputs, kept weights: within 1e-12, the
+    gradients' parts summed by torch over as many slots as bands and warps); the same with
+    two channels, a band of the table and per-pair lengths (some pairs' rows end in the first
+    band); and 16 bands at N = 2048 against 8 rows a thread."""
     cases = [  # (B, N, M, D, bandwidth, lengths, warps of the one block)
         (32, 512, 512, 1, None, None, 16),
         (4, 300, 200, 2, 50, ([300, 129, 1, 257], [200, 3, 150, 200]), 16),  # 3 bands
@@ -435,8 +446,10 @@ def test_gpu_bands_are_the_one_block_bits(rng, dtype):
             for a, b in zip(banded, inline, strict=True):
                 assert torch.linalg.norm(a - b) <= close * torch.linalg.norm(b)
         for a, b in zip(banded, whole, strict=True):
-            if N <= 512:  # (a row a thread in both)
+            if N <= 512 and dtype == torch.float64:  # (a row a thread in both)
                 assert torch.equal(a, b)
+            elif N <= 512:  # (kept weights: torch sums the gradients' parts, more with bands)
+                assert torch.linalg.norm(a - b) <= 1e-12 * torch.linalg.norm(b)
             else:  # (other rows a thread: other sums' orders)
                 tol = 1e-12 if dtype == torch.float64 else 1e-5
                 assert torch.linalg.norm(a - b) <= tol * torch.linalg.norm(b)

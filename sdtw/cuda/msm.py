@@ -77,11 +77,13 @@ Blocks take tickets (an atomic counter) and derive their (band, task) from them,
 first forward and bottom band first backward, so a block only waits for a block that started
 before it, in any schedule (and in the simulator, which runs blocks one at a time).  The
 cells' arithmetic and every sum's order are those of one block of the same rows per thread:
-the same bits.
+the same bits (with kept weights the gradients' parts, which torch sums, are as many as the
+bands' warps: within rounding).
 
-Kept weights (float32 inputs, the wavefront kernels; ``kept``): the backward above spends
-most of a step on the later columns' weights and costs' partial derivatives, work that does
-not depend on the step before but sits in the steps of a chain.  So for float32 inputs:
+Kept weights (float32 inputs with gradients, the wavefront kernels where the backward's
+shared memory fits, :func:`_kept_fits`, on GPUs with ``cp.async``; ``kept``): the backward
+above spends most of a step on the later columns' weights and costs' partial derivatives,
+work that does not depend on the step before but sits in the steps of a chain.  So:
 
 * a pass over every cell in parallel (:func:`_kept_costs`) computes the up and left edge
   costs (float32 roundings of the forward's own) where the weights will go;
@@ -1244,6 +1246,21 @@ def _kept_gradients(rows: int, warps: int):
     return gradients
 
 
+def _kept_fits(rows: int, warps: int) -> bool:
+    """Whether :func:`_kept_backward`'s shared memory (``2 A`` columns of a band's weights,
+    float32, and the hand-over) fits a block's 48 KB of static shared memory: not for 16
+    rows x 4 warps (2048 rows a block) nor 4 rows x 8 warps; those keep ``R``."""
+    T = WARP * warps
+    A = 2 if rows <= 4 else 1
+    return 2 * A * 3 * T * rows * 4 + 2 * T * 8 + WARP * 8 <= 48 * 1024
+
+
+def _async_copies(device: torch.device) -> bool:
+    """Whether the GPU has ``cp.async`` (compute capability 8.0 and later; the simulator's
+    twin everywhere)."""
+    return SIMULATED or torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 def _chunks(steps: int, blocks: int, warps: int, sms: int) -> int:
     """Chunks of steps for the cell passes (:func:`_kept_costs`, :func:`_kept_gradients`):
     enough for about 24 warps an SM (what their registers allow: each step's cells are a
@@ -1492,9 +1509,10 @@ def msm_cuda(
     float32 inputs (:func:`_row_functions`) and float64 ones otherwise, each column's costs
     and weights ``ahead`` steps before its cells (0 to :func:`_depth`'s; None: the override's,
     at most the rule's, else the rule's); beyond, the diagonal kernels (float64).  Float32
-    inputs keep the forward's edge weights (``kept``, None: for float32 inputs; 12 bytes a
-    cell, float32, against ``R``'s 8) for a backward of ``G`` alone and a gradients pass
-    over the cells in ``chunks`` of steps (None: :func:`_chunks`'s rule)."""
+    inputs with ``need`` keep the forward's edge weights (``kept``; None: the override's, else
+    where :func:`_kept_fits` and the GPU has ``cp.async``; 12 bytes a cell, float32, against
+    ``R``'s 8) for a backward of ``G`` alone and a gradients pass over the cells in
+    ``chunks`` of steps (None: :func:`_chunks`'s rule)."""
     fast = x.dtype == torch.float32
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
@@ -1536,10 +1554,14 @@ def msm_cuda(
             if forced.msm_ahead < 0:
                 raise ValueError(f"sdtw: msm_ahead must be >= 0, got {forced.msm_ahead}")
             depth = min(forced.msm_ahead, depth)
-        if kept is None:  # (the override: float32 inputs only, as the rule)
-            kept = fast and forced.msm_kept is not False
+        if kept is None:  # (the override: where the rule allows, as the rule)
+            kept = (fast and need and forced.msm_kept is not False and _kept_fits(*shape)
+                    and _async_copies(dev))  # fmt: skip
         if kept and not fast:
             raise ValueError("sdtw: kept weights are float32: float32 inputs only")
+        if kept and not _kept_fits(*shape):
+            raise ValueError(f"sdtw: kept weights take more than 48 KB of shared memory a "
+                             f"block for {shape[0]} rows x {shape[1]} warps")  # fmt: skip
         forward, backward = _wavefront(*shape, fast, nb > 1, depth, kept)
         threads = WARP * shape[1]
         steps = M + WARP - 1  # (the cells' passes: a warp's steps)

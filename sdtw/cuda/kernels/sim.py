@@ -232,20 +232,25 @@ def _pending() -> list:
 
 
 def cp_async(S, i, A, j):
-    _pending()[-1].append((S, i, A[j]))
+    # (the source is read when the copy lands: a store to it before the wait shows)
+    _pending()[-1].append((S, i, A, j))
 
 
 def cp_async4(S, i, A, j):
     group = _pending()[-1]
     for q in range(4):
-        group.append((S, i + q, A[j + q]))
+        group.append((S, i + q, A, j + q))
+
+
+def _land(group) -> None:
+    for S, i, A, j in group:
+        S[i] = A[j]
 
 
 def cp_wait():
     """``cp.async.commit_group; cp.async.wait_all``: every pending copy lands."""
     for group in _pending():
-        for S, i, v in group:
-            S[i] = v
+        _land(group)
     _COPIES.groups = [[]]
 
 
@@ -261,8 +266,7 @@ def cp_wait_group(n: int):
         groups = _pending()
         closed = len(groups) - 1
         for group in groups[: max(closed - n, 0)]:
-            for S, i, v in group:
-                S[i] = v
+            _land(group)
         _COPIES.groups = groups[max(closed - n, 0) :]
 
     return wait
