@@ -15,7 +15,16 @@ import torch
 import sdtw
 from sdtw.band import band_offsets, pair_offsets
 from sdtw.cpu import _tables
-from sdtw.cuda.msm import MAX_N, _bands, _chunks, _depth, _kept_fits, _shape, msm_cuda
+from sdtw.cuda.msm import (
+    MAX_N,
+    _bands,
+    _chunks,
+    _depth,
+    _kept_fits,
+    _kept_index,
+    _shape,
+    msm_cuda,
+)
 from sdtw.cuda.tables import device_tables
 from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
 from tests.conftest import requires_gpu, requires_sim
@@ -302,6 +311,48 @@ def test_kept_weights_match_the_reference(rng, B, N, M, D, bandwidth, lengths, w
         assert g.shape == w.shape and g.dtype == torch.float64
         assert np.linalg.norm(g.numpy() - w) <= 1e-6 * np.linalg.norm(w)
         assert torch.linalg.norm(g - o) <= 1e-6 * torch.linalg.norm(o)
+
+
+@requires_sim
+@pytest.mark.parametrize(("N", "M", "warps", "bands"), [(5, 4, 1, 1), (33, 9, 1, 1), (40, 7, 1, 2)])
+def test_kept_weights_are_where_kept_index_says(rng, monkeypatch, N, M, warps, bands):
+    """The forward's kept array holds, at :func:`_kept_index` of each cell, the three edge
+    weights ``exp((R[i, j] - candidate) / gamma)`` of the float64 reference's ``R`` (match,
+    up, left; 0 for a candidate that does not exist) within float32's rounding: the layout
+    that the backward and the gradients' pass read (rows of 1 and 2 a thread, two bands)."""
+    import math
+
+    from sdtw.cuda import msm as kernels
+    from sdtw.msm_reference import transition_cost
+
+    launched = []
+    real = kernels.launch
+
+    def spy(kernel, grid, threads, dev, *args):
+        real(kernel, grid, threads, dev, *args)
+        launched.append([a.clone() if torch.is_tensor(a) else a for a in args])
+
+    monkeypatch.setattr(kernels, "launch", spy)
+    x = torch.as_tensor(rng.standard_normal((1, N, 1)), dtype=torch.float32)
+    y = torch.as_tensor(rng.standard_normal((1, M, 1)), dtype=torch.float32)
+    msm_cuda(x, y, C, GAMMA, _tables_of(1, N, M, None, None), False, kept=True, warps=warps,
+             bands=bands)  # fmt: skip
+    W = launched[1][8].numpy()  # (the costs pass, then the forward: its kept array)
+    R = soft_msm_forward(x.double().numpy(), y.double().numpy(), GAMMA, None, c=C)[1][0][0]
+    a, b = x.double().numpy()[0, :, 0], y.double().numpy()[0, :, 0]
+    rows, T = _shape(-(-N // bands), bands, 0, warps)[0], 32 * warps
+    for i in range(N):
+        for j in range(M):
+            diag = R[i - 1, j - 1] if i and j else (0.0 if i == j == 0 else math.inf)
+            cands = (
+                diag + (a[i] - b[j]) ** 2,
+                R[i - 1, j] + transition_cost(a[i], a[i - 1], b[j], C, GAMMA) if i else math.inf,
+                R[i, j - 1] + transition_cost(b[j], b[j - 1], a[i], C, GAMMA) if j else math.inf,
+            )
+            band, r = divmod(i, T * rows)
+            for e, cand in enumerate(cands):
+                at = _kept_index(0, band, bands, M, j, r // rows, e, r % rows, rows, T)
+                assert W[at] == pytest.approx(math.exp((R[i, j] - cand) / GAMMA), abs=1e-6)
 
 
 @requires_sim
