@@ -146,7 +146,7 @@ def test_bands_of_rows_on_blocks_of_their_own(rng, bands, warps, B, N, M, D, ban
         if dtype == "float64":
             np.testing.assert_allclose(g.numpy(), w, rtol=1e-12, atol=1e-12)
         else:
-            assert np.linalg.norm(g.numpy() - w) <= 1e-6 * np.linalg.norm(w)
+            assert np.linalg.norm(g.numpy() - w) <= 1e-5 * np.linalg.norm(w)
     if _shape(-(-N // bands), B * D * bands, 0, warps)[0] == 1 and N <= 16 * 32:
         whole = msm_cuda(x, y, C, GAMMA, tables, True, warps=-(-N // 32), bands=1)
         assert all(torch.equal(a, b) for a, b in zip(got, whole, strict=True))
@@ -190,7 +190,7 @@ def test_costs_steps_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths
     to 4); the override capped at the rule's depth, the argument refused past it (and taking
     precedence over the override).  Float32 inputs (kept weights) read the up and left costs
     steps ahead from their pass as float32: the same bits at every depth from 1, and within
-    1e-6 (relative norm) of the costs computed in the step."""
+    1e-5 (relative norm, float32's tolerance here) of the costs computed in the step."""
     from sdtw.cuda.config import overrides
 
     dt = getattr(torch, dtype)
@@ -210,8 +210,8 @@ def test_costs_steps_ahead_are_the_same_bits(rng, B, N, M, D, bandwidth, lengths
             continue
         first = got if first is None else first
         assert all(torch.equal(a, b) for a, b in zip(got, first, strict=True)), depth
-        for a, b in zip(got, inline, strict=True):
-            assert torch.linalg.norm(a - b) <= 1e-6 * torch.linalg.norm(b)
+        for a, b in zip(got, inline, strict=True):  # (float32 costs: the gradients' error)
+            assert torch.linalg.norm(a - b) <= 1e-5 * torch.linalg.norm(b)
     with overrides(msm_ahead=0), pytest.raises(ValueError, match="ahead must be 0 to"):
         msm_cuda(x, y, C, GAMMA, tables, False, ahead=deepest + 1, **kw)  # (the argument's)
     with overrides(msm_ahead=-1), pytest.raises(ValueError, match="msm_ahead must be"):
@@ -296,7 +296,7 @@ def test_kept_weights_match_the_reference(rng, B, N, M, D, bandwidth, lengths, w
     """Float32 inputs keep the forward's edge weights (the rule): with the up and left costs
     from a pass of their own (float32) where the forward works steps ahead, the backward's
     ``G`` from the weights and the gradients' pass over the occupancies in chunks of steps,
-    values and gradients are within 1e-6 (relative norm) of the float64 reference and of the
+    values and gradients are within 1e-5 (relative norm) of the float64 reference and of the
     kernels that keep ``R``, and the same bits on a second run (no atomics)."""
     x = torch.as_tensor(rng.standard_normal((B, N, D)), dtype=torch.float32)
     y = torch.as_tensor(rng.standard_normal((B, M, D)), dtype=torch.float32)
@@ -309,8 +309,8 @@ def test_kept_weights_match_the_reference(rng, B, N, M, D, bandwidth, lengths, w
     want = reference(x.double(), y.double(), bandwidth, lengths)
     for g, o, w in zip(got, old, want, strict=True):
         assert g.shape == w.shape and g.dtype == torch.float64
-        assert np.linalg.norm(g.numpy() - w) <= 1e-6 * np.linalg.norm(w)
-        assert torch.linalg.norm(g - o) <= 1e-6 * torch.linalg.norm(o)
+        assert np.linalg.norm(g.numpy() - w) <= 1e-5 * np.linalg.norm(w)
+        assert torch.linalg.norm(g - o) <= 1e-5 * torch.linalg.norm(o)
 
 
 @requires_sim
@@ -493,7 +493,7 @@ def test_gpu_bands_are_the_one_block_bits(rng, dtype):
             # which it cannot where the square was computed steps before; float32 inputs keep
             # float32 weights, whose roundings that difference may move by an ulp)
             inline = msm_cuda(x, y, C, GAMMA, tables, True, ahead=0)
-            close = 1e-13 if dtype == torch.float64 else 1e-6
+            close = 1e-13 if dtype == torch.float64 else 1e-5
             for a, b in zip(banded, inline, strict=True):
                 assert torch.linalg.norm(a - b) <= close * torch.linalg.norm(b)
         for a, b in zip(banded, whole, strict=True):
