@@ -469,6 +469,46 @@ def test_gpu_every_shape_of_the_rule(rng, N, dtype):
 
 @requires_gpu
 @pytest.mark.cuda
+@pytest.mark.parametrize("gamma", [1.0, 0.0])
+def test_gpu_a_second_step_does_not_synchronise(rng, gamma):
+    """Soft-MSM (gamma = 1) and exact DTW (gamma = 0) without per-pair lengths: once their
+    tables are on the device, a forward + backward step makes no synchronising call
+    (``torch.cuda.set_sync_debug_mode("error")`` raises at one), and a captured CUDA graph
+    of the step replays to the eager step's gradients."""
+    x = torch.as_tensor(rng.standard_normal((8, 64, 1)), dtype=torch.float32).cuda()
+    y = torch.as_tensor(rng.standard_normal((8, 48, 1)), dtype=torch.float32).cuda()
+
+    def step():
+        a = x.clone().requires_grad_()
+        if gamma:
+            v = sdtw.soft_msm(a, y, c=C, gamma=gamma, backend="cuda")
+        else:
+            v = sdtw.softdtw(a, y, gamma=0, backend="cuda")
+        v.sum().backward()
+        return a.grad
+
+    eager = step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+
+
+@requires_gpu
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_gpu_bands_are_the_one_block_bits(rng, dtype):
     """At the benchmark's size (B = 32, N = M = 512: the rule's 4 bands of 128 rows, every
