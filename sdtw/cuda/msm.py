@@ -1246,12 +1246,18 @@ def _kept_gradients(rows: int, warps: int):
     return gradients
 
 
+def _kept_ahead(rows: int) -> int:
+    """How many steps before its cells :func:`_kept_backward` copies a column's weights: 2 up
+    to 4 rows a thread, else 1 (shared memory: :func:`_kept_fits`)."""
+    return 2 if rows <= 4 else 1
+
+
 def _kept_fits(rows: int, warps: int) -> bool:
     """Whether :func:`_kept_backward`'s shared memory (``2 A`` columns of a band's weights,
     float32, and the hand-over) fits a block's 48 KB of static shared memory: not for 16
     rows x 4 warps (2048 rows a block) nor 4 rows x 8 warps; those keep ``R``."""
     T = WARP * warps
-    A = 2 if rows <= 4 else 1
+    A = _kept_ahead(rows)
     return 2 * A * 3 * T * rows * 4 + 2 * T * 8 + WARP * 8 <= 48 * 1024
 
 
@@ -1588,7 +1594,7 @@ def msm_cuda(
         return values, None, None
     if shape is not None and kept:
         rows, warps_ = shape
-        launch(_kept_backward(rows, warps_, nb > 1, 2 if rows <= 4 else 1), grid, threads, dev,
+        launch(_kept_backward(rows, warps_, nb > 1, _kept_ahead(rows)), grid, threads, dev,
                D, M, ns, ms, R, hand_over(grid * M + 1)[0], nb)  # fmt: skip
         parts = torch.zeros(B * D * (2 * nc * N + nb * nc * warps_ * M), dtype=torch.float64,
                             device=dev)  # fmt: skip
