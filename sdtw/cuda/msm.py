@@ -625,6 +625,16 @@ def _wait_value(bnd, idx):
     return from_bits(v)
 
 
+@device
+def _band_task(hand, tk, bands, upward):
+    """This block's (band, task) from its ticket (:func:`take_ticket` on ``hand``, ``tk`` a
+    shared cell): the tasks' top bands first, or bottom bands first if ``upward``."""
+    t = take_ticket(hand, tk)
+    tasks = cuda.gridDim.x // bands
+    band = t // tasks
+    return (bands - 1 - band if upward else band), t % tasks
+
+
 @functools.cache
 def _wavefront(
     rows: int,
@@ -663,10 +673,7 @@ def _wavefront(
     def forward(x, y, c, gamma, ns, ms, los, his, R, values, bnd, bands):
         th = cuda.threadIdx.x
         if split:  # (bands in ticket order: a band only waits for the one above, started first)
-            tk = cuda.shared.array(1, int64)
-            t = take_ticket(bnd, tk)
-            tasks = cuda.gridDim.x // bands
-            band, task = t // tasks, t % tasks
+            band, task = _band_task(bnd, cuda.shared.array(1, int64), bands, False)
         else:
             band, task = 0, cuda.blockIdx.x
         D = x.shape[2]
@@ -782,10 +789,7 @@ def _wavefront(
     def backward(x, y, c, gamma, ns, ms, los, his, R, gx, gy, bnd_g, bnd_y, bnd_x, bands):
         th = cuda.threadIdx.x
         if split:  # (bottom band first: a band only waits for the one below, started first)
-            tk = cuda.shared.array(1, int64)
-            t = take_ticket(bnd_x, tk)
-            tasks = cuda.gridDim.x // bands
-            band, task = bands - 1 - t // tasks, t % tasks
+            band, task = _band_task(bnd_x, cuda.shared.array(1, int64), bands, True)
         else:
             band, task = 0, cuda.blockIdx.x
         D = x.shape[2]
@@ -1059,10 +1063,7 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
     def backward(D, Mx, ns, ms, Wt, bnd_g, bands):
         th = cuda.threadIdx.x
         if split:  # (bottom band first: a band only waits for the one below, started first)
-            tk = cuda.shared.array(1, int64)
-            t = take_ticket(bnd_g, tk)
-            tasks = cuda.gridDim.x // bands
-            band, task = bands - 1 - t // tasks, t % tasks
+            band, task = _band_task(bnd_g, cuda.shared.array(1, int64), bands, True)
         else:
             band, task = 0, cuda.blockIdx.x
         b = task // D

@@ -256,54 +256,39 @@ def cp_async(size: int):
     return cp_async
 
 
-def cp_wait():
-    """``cp_wait()``: commit this thread's :func:`cp_async` copies and wait until they are all
-    done (``cp.async.commit_group; cp.async.wait_all``); other lanes' copies are seen after a
-    warp barrier."""
-    text = "cp.async.commit_group; cp.async.wait_all;"
+def _bare(text: str):
+    """An intrinsic of no arguments that emits the PTX ``text`` (a memory clobber: the
+    compiler moves no memory access across it)."""
 
     @intrinsic
-    def cp_wait(typingctx):
+    def bare(typingctx):
         def codegen(context, builder, signature, args):
             builder.asm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", [], True)
             return context.get_dummy_value()
 
         return types.void(), codegen
 
-    return cp_wait
+    return bare
+
+
+def cp_wait():
+    """``cp_wait()``: commit this thread's :func:`cp_async` copies and wait until they are all
+    done (``cp.async.commit_group; cp.async.wait_all``); other lanes' copies are seen after a
+    warp barrier."""
+    return _bare("cp.async.commit_group; cp.async.wait_all;")
 
 
 def cp_commit():
     """``cp_commit()``: close this thread's group of :func:`cp_async` copies
     (``cp.async.commit_group``), for :func:`cp_wait_group` to wait on."""
-
-    @intrinsic
-    def cp_commit(typingctx):
-        def codegen(context, builder, signature, args):
-            builder.asm(ir.FunctionType(ir.VoidType(), []), "cp.async.commit_group;",
-                        "~{memory}", [], True)  # fmt: skip
-            return context.get_dummy_value()
-
-        return types.void(), codegen
-
-    return cp_commit
+    return _bare("cp.async.commit_group;")
 
 
 def cp_wait_group(n: int):
     """``cp_wait_group()``: wait until at most ``n`` of this thread's committed groups of
     copies are pending (``cp.async.wait_group n``): the older ones have landed.  A block
     barrier does not wait for copies in flight, as it waits for loads into registers."""
-    text = f"cp.async.wait_group {int(n)};"
-
-    @intrinsic
-    def cp_wait_group(typingctx):
-        def codegen(context, builder, signature, args):
-            builder.asm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", [], True)
-            return context.get_dummy_value()
-
-        return types.void(), codegen
-
-    return cp_wait_group
+    return _bare(f"cp.async.wait_group {int(n)};")
 
 
 def red2():
