@@ -338,7 +338,7 @@ def test_kept_weights_are_where_kept_index_says(rng, monkeypatch, N, M, warps, b
     y = torch.as_tensor(rng.standard_normal((1, M, 1)), dtype=torch.float32)
     msm_cuda(x, y, C, GAMMA, _tables_of(1, N, M, None, None), False, kept=True, warps=warps,
              bands=bands)  # fmt: skip
-    W = launched[1][8].numpy()  # (the costs pass, then the forward: its kept array)
+    W = launched[1][2].numpy()  # (the costs pass, then the forward: its kept array)
     R = soft_msm_forward(x.double().numpy(), y.double().numpy(), GAMMA, None, c=C)[1][0][0]
     a, b = x.double().numpy()[0, :, 0], y.double().numpy()[0, :, 0]
     rows, T = _shape(-(-N // bands), bands, 0, warps)[0], 32 * warps

@@ -128,6 +128,8 @@ from sdtw.cuda.kernels.jit import SIMULATED, device, kernel
 from sdtw.cuda.kernels.primitives import (
     any_lane,
     as_bits,
+    band_view,
+    below,
     cp_async,
     cp_commit,
     cp_wait_group,
@@ -141,6 +143,7 @@ from sdtw.cuda.kernels.primitives import (
     poll,
     st_if,
     sync_band,
+    u32,
 )
 from sdtw.cuda.tables import device_tables
 from sdtw.msm_reference import GATE_EPS
@@ -335,34 +338,19 @@ def _unrolled(row, rows: int, upward: bool):
 
 
 @functools.cache
-def _row_functions(fast: bool, depth: int = 1, kept: tuple = ()) -> tuple:
+def _row_functions(fast: bool, depth: int = 1) -> tuple:
     """The row updates of the wavefront kernels, with the float32 transcendentals (``fast``,
     float32 inputs; ``ig`` is then ``log2(e) / gamma``) or float64 ones; those that work
     ``depth`` columns ahead keep ``depth`` columns of costs (forward) or weights (backward),
-    the step's first.  With ``kept = (rows, T)`` (float32 inputs), the forward stores each
-    cell's three edge weights (:func:`_softmin3_weights_fast`) instead of ``R``: ``R`` is then
-    the flat float32 array of :func:`_kept_index` and ``task`` the step's offset there."""
+    the step's first."""
     transition = _transition_fast if fast else _transition
     softmin3 = _softmin3_fast if fast else _softmin3
     expo = _exp_scaled if fast else _exp64
-    KEPT = bool(kept)
-    KR, KT = kept if KEPT else (1, 1)
-    KS = KR * KT  # (one weight's stride)
-    zero = float32(0.0)
 
     @device
     def _store(R, task, i, j, k, n, inside, diag, up, left, cm, cu, cl, gamma, ig):
-        """Cell ``(i, j)``'s value from its candidates; stored as ``R`` or, ``kept``, its
-        weights (0 outside the table or band); returns the value."""
-        if KEPT:
-            v, wm, wu, wl = _softmin3_weights_fast(diag + cm, up + cu, left + cl, gamma, ig)
-            if not inside:
-                v, wm, wu, wl = INF, zero, zero, zero
-            if i < n:
-                R[task + k * KT] = wm
-                R[task + KS + k * KT] = wu
-                R[task + 2 * KS + k * KT] = wl
-            return v
+        """Cell ``(i, j)``'s value from its candidates, stored to ``R`` (+inf outside the
+        table or band); returns the value."""
         v = softmin3(diag + cm, up + cu, left + cl, gamma, ig)
         if not inside:
             v = INF
@@ -393,66 +381,31 @@ def _row_functions(fast: bool, depth: int = 1, kept: tuple = ()) -> tuple:
     def _costs_row(k, args, xp):
         """Row ``i0 + k``'s candidates' costs (match, up, left) at a column (``yv = y_j``,
         ``yp = y_{j-1}``) into ``C[q, :, k]``, the ``C[1 .. moves]`` moved one place down
-        first; returns the row's sample (the next row's ``x_{i-1}``).  ``kept``: the up and
-        left costs copied from ``W`` (:func:`_kept_costs`' pass; the column's offset ``at``,
-        -1 for a column that never comes; rows from ``lim`` on read as 0) into the shared
-        ``Cs`` at ``cs`` (its slot's offset) by asynchronous copies, which a block barrier
-        does not wait for as it waits for loads into registers."""
-        xs, th, yv, yp, c, gamma, ig, C, q, moves, W, at, lim, Cs, cs = args
+        first; returns the row's sample (the next row's ``x_{i-1}``)."""
+        xs, th, yv, yp, c, gamma, ig, C, q, moves = args
         for t in range(moves):
             for u in range(3):
                 C[t, u, k] = C[t + 1, u, k]
         xi = xs[k, th]
         dm = xi - yv
         C[q, 0, k] = dm * dm
-        if KEPT:
-            if at >= 0 and k < lim:
-                cp_async(Cs, cs + k * KT, W, at + KS + k * KT)
-                cp_async(Cs, cs + KS + k * KT, W, at + 2 * KS + k * KT)
-            else:
-                Cs[cs + k * KT] = zero
-                Cs[cs + KS + k * KT] = zero
-        else:
-            C[q, 1, k] = transition(xi, xp, yv, c, gamma, ig)[0]
-            C[q, 2, k] = transition(yv, yp, xi, c, gamma, ig)[0]
+        C[q, 1, k] = transition(xi, xp, yv, c, gamma, ig)[0]
+        C[q, 2, k] = transition(yv, yp, xi, c, gamma, ig)[0]
         return xi
 
     @device
     def _forward_cell(k, args, carry):
         """:func:`_forward_row` with the costs of column ``j`` computed steps before (in
-        ``C[0]``): the step's chain of ``R`` only.  ``kept``: the weights' parts go to ``P``
-        and ``Q`` for :func:`_weights_row` after the step's hand-over (a warp issues in
-        order: the reciprocal's latency and the stores would delay it)."""
-        R, task, i0, j, n, lo, hi, Rs, gamma, ig, C, Cs, cs, P, Q = args
+        ``C[0]``): the step's chain of ``R`` only."""
+        R, task, i0, j, n, lo, hi, Rs, gamma, ig, C = args
         diag, up = carry
         i = i0 + k
         left = Rs[k]
         inside = i < n and -lo <= j - i and j - i <= hi
-        if KEPT:  # (the up and left costs copied to the shared Cs at cs steps before)
-            cu, cl = float64(Cs[cs + k * KT]), float64(Cs[cs + KS + k * KT])
-            v, P[0, k], P[1, k], P[2, k], code = _softmin3_split_fast(
-                diag + C[0, 0, k], up + cu, left + cl, gamma, ig
-            )
-            if not inside:
-                v, code = INF, 0
-            Q[k] = code
-        else:
-            v = _store(R, task, i, j, k, n, inside, diag, up, left, C[0, 0, k], C[0, 1, k],
-                       C[0, 2, k], gamma, ig)  # fmt: skip
+        v = _store(R, task, i, j, k, n, inside, diag, up, left, C[0, 0, k], C[0, 1, k],
+                   C[0, 2, k], gamma, ig)  # fmt: skip
         Rs[k] = v
         return left, v
-
-    @device
-    def _weights_row(k, args, carry):
-        """Row ``i0 + k``'s three edge weights from :func:`_forward_cell`'s parts, stored at
-        the step's offset ``at`` of the kept array (rows past ``n`` not)."""
-        R, at, lim, P, Q = args
-        if k < lim:
-            wm, wu, wl = _weights_fast(P[0, k], P[1, k], P[2, k], Q[k])
-            R[at + k * KT] = wm
-            R[at + KS + k * KT] = wu
-            R[at + 2 * KS + k * KT] = wl
-        return carry
 
     @device
     def _backward_row(k, args, carry):
@@ -594,7 +547,7 @@ def _row_functions(fast: bool, depth: int = 1, kept: tuple = ()) -> tuple:
         return gx_above
 
     return (_forward_row, _backward_row, _forward_cell, _costs_row, _backward_chain,
-            _backward_next, _first_weights_row, _weights_row)  # fmt: skip
+            _backward_next, _first_weights_row)  # fmt: skip
 
 
 @device
@@ -642,31 +595,26 @@ def _wavefront(
     fast: bool = False,
     split: bool = False,
     depth: int = 0,
-    kept: bool = False,
 ) -> tuple:
     """The (forward, backward) kernels for ``rows`` rows per thread, ``warps`` warps per
     block, float32 transcendentals if ``fast`` (:func:`_row_functions`); with ``split``, a
     task's rows in bands of ``32 warps rows`` rows, a block each (:func:`_bands`); a column's
     costs (forward) and edge weights (backward) computed ``depth`` steps before its cells (0:
-    in the step).  With ``kept`` (``fast`` only), the forward stores the cells' edge weights
-    (:func:`_kept_index`) in place of ``R``; the backward is then :func:`_kept_backward`'s."""
+    in the step).  ``R`` kept between them (float64); kept weights have kernels of their own
+    (:func:`_kept_forward`)."""
     T = WARP * warps
     BR = T * rows  # (a band's rows)
     ahead = depth > 0
     A = max(depth, 1)  # (the local arrays' columns)
-    (forward_row, backward_row, forward_cell, costs_row, backward_chain, backward_next, first_w,
-     weights_row) = _row_functions(fast, A, (rows, T) if kept else ())  # fmt: skip
+    (forward_row, backward_row, forward_cell, costs_row, backward_chain, backward_next,
+     first_w) = _row_functions(fast, A)  # fmt: skip
     # (ahead: a step's chain first, then its hand-over, then the next column's costs or
     # weights, in that order in the code: a warp issues in order)
     down = _unrolled(forward_cell if ahead else forward_row, rows, False)
-    CSLOTS = 2 * A  # (kept: the costs' slots in shared memory, a power of two)
-    CS = CSLOTS * 2 * BR if kept and ahead else 1
-    wait_costs = cp_wait_group(A - 1)
     costs = _unrolled(costs_row, rows, False)
     up_strip = _unrolled(backward_chain if ahead else backward_row, rows, True)
     up_next = _unrolled(backward_next, rows, True)
     first_weights = _unrolled(first_w, rows, False)
-    weights_out = _unrolled(weights_row, rows, False)
     scale = LOG2E if fast else 1.0
 
     @kernel
@@ -705,25 +653,11 @@ def _wavefront(
         yv = 0.0
         y_next = y[b, 0, d] if th == 0 else 0.0
         C = cuda.local.array((A, 3, rows), float64)  # (ahead: the next columns' costs)
-        lim = n - i0  # (kept: the strip's rows with costs)
-        kbase, key0 = (task * bands + band) * Mx, th % Mx  # (kept: where its columns are)
-        Cs = cuda.shared.array(CS, float32)  # (kept: the up and left costs, 2 A columns)
-        P = cuda.local.array((3, rows), float32)  # (kept: the step's weights' parts)
-        Q = cuda.local.array(rows, int32)
         if ahead:  # (columns 0 .. A - 1's costs; y_{j+A-1}, y_{j+A} of step 0's j = -th)
-            at = _kept_at(kbase, key0, Mx, 0, th, BR, m) if kept else -1
-            cargs = (xs, th, y[b, 0, d], y[b, 0, d], c, gamma, ig, C, 0, 0, R, at, lim, Cs, th)
-            costs(0, cargs, x_above)
-            if kept:
-                cp_commit()
+            costs(0, (xs, th, y[b, 0, d], y[b, 0, d], c, gamma, ig, C, 0, 0), x_above)
             if A > 1:
                 y1 = y[b, min(1, m - 1), d]
-                at = _kept_at(kbase, key0, Mx, 1, th, BR, m) if kept else -1
-                cs = 2 * BR + th
-                cargs = (xs, th, y1, y[b, 0, d], c, gamma, ig, C, 1, 0, R, at, lim, Cs, cs)
-                costs(0, cargs, x_above)
-                if kept:
-                    cp_commit()
+                costs(0, (xs, th, y1, y[b, 0, d], c, gamma, ig, C, 1, 0), x_above)
             y_next = y[b, min(max(A - 1 - th, 0), m - 1), d]
             y_after = y[b, min(max(A - th, 0), m - 1), d]
         hand[0, th] = hand[1, th] = INF  # (ahead: written by active steps only)
@@ -755,32 +689,18 @@ def _wavefront(
                 if 0 <= j + 1 and j + 1 < m:
                     y_next = y[b, j + 1, d]
             if 0 <= j and j < m and i0 < n:
-                at = task  # (kept: the column's weights, a ring of Mx columns by j + th)
-                if kept:
-                    at = _kept_at(kbase, key0, Mx, j, th, BR, m)
                 if ahead:
-                    if kept:
-                        wait_costs()  # (column j's copies; those of the next A - 1 may fly)
-                    cs = (j & (CSLOTS - 1)) * (2 * BR) + th
-                    fargs = (R, at, i0, j, n, lo, hi, Rs, gamma, ig, C, Cs, cs, P, Q)
-                    down(0, fargs, (diag, up))
+                    down(0, (R, task, i0, j, n, lo, hi, Rs, gamma, ig, C), (diag, up))
                 else:
-                    args = (R, at, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
+                    args = (R, task, i0, j, n, lo, hi, Rs, xs, th, yv, yp, c, gamma, ig)
                     down(0, args, (diag, up, x_above))
                 bot = Rs[rows - 1]
                 if split:
                     st_if(bnd, row_out + j, as_bits(bot), feeds)
                 if ahead:  # (the next step's hand-over now, then column j + A's costs)
                     hand[(s + 1) & 1, th] = bot
-                    if kept:  # (and before them, column j's weights)
-                        weights_out(0, (R, at, lim, P, Q), 0)
-                    ac = _kept_at(kbase, key0, Mx, j + A, th, BR, m) if kept else -1
-                    cs = ((j + A) & (CSLOTS - 1)) * (2 * BR) + th
-                    cargs = (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1, R, ac, lim, Cs,
-                             cs)  # fmt: skip
+                    cargs = (xs, th, y_next, yv, c, gamma, ig, C, A - 1, A - 1)
                     costs(0, cargs, x_above)
-                    if kept:
-                        cp_commit()
         for k in range(rows):  # (the last column's R[n - 1, m - 1]: the task's value)
             if i0 + k == n - 1:
                 values[task] = Rs[k]
@@ -950,25 +870,30 @@ def _kept_at(base, key0, Mx, j, th, BR, m):
 
 @functools.cache
 def _kept_costs(rows: int, warps: int):
-    """The up and left edge costs of every cell into the kept array's slots of their weights
-    (float32; :func:`_transition_fast`'s, the forward's own function), for the forward to read
-    steps before its cells: a block per (task, band, chunk of steps), mapped as
-    :func:`_kept_gradients`; 0 outside the band."""
+    """Every cell's three edge costs into the kept array's slots of its weights, float32: the
+    match's as ``x_i - y_j`` (its square, past float32's range for samples of 1e20, is the
+    forward's), the up and left edges' as :func:`_transition_fast` computes them; +inf
+    outside the band and on the strips' rows past ``n`` (so the forward needs neither x, y
+    nor a test a cell): a block per (task, band, chunk of steps), mapped as
+    :func:`_kept_gradients`."""
     T = WARP * warps
     BR = T * rows
     R1 = rows + 1
+    inf32 = float32(INF)
 
     @device
     def cost_row(k, args, carry):
-        Wt, at, i0, n, lo, hi, j, xv, yj, yp, c, gamma, ig = args
+        W, at, i0, n, lo, hi, j, xv, yj, yp, c, gamma, ig = args
         i = i0 + k
-        if i < n:
-            cu = cl = 0.0
-            if -lo <= j - i and j - i <= hi:
-                cu = _transition_fast(xv[k + 1], xv[k], yj, c, gamma, ig)[0]
-                cl = _transition_fast(yj, yp, xv[k + 1], c, gamma, ig)[0]
-            Wt[at + BR + k * T] = cu
-            Wt[at + 2 * BR + k * T] = cl
+        cm = cu = cl = inf32
+        if i < n and -lo <= j - i and j - i <= hi:
+            cm = narrow(xv[k + 1] - yj)
+            cu = narrow(_transition_fast(xv[k + 1], xv[k], yj, c, gamma, ig)[0])
+            cl = narrow(_transition_fast(yj, yp, xv[k + 1], c, gamma, ig)[0])
+        o = at + k * T
+        W[u32(o)] = cm
+        W[u32(o + BR)] = cu
+        W[u32(o + 2 * BR)] = cl
         return carry
 
     cells = _unrolled(cost_row, rows, False)
@@ -985,24 +910,162 @@ def _kept_costs(rows: int, warps: int):
         n, m, lo, hi = ns[b], ms[b], los[b], his[b]
         top = band * BR
         i0 = top + th * rows
-        if top >= n:
+        if top >= n or i0 >= n:
             return
         ig = LOG2E / gamma
         xv = cuda.local.array(R1, float64)  # x_{i0-1} .. x_{i0+rows-1}
-        xv[0] = x[b, max(min(i0, n) - 1, 0), d]
+        xv[0] = x[b, max(i0 - 1, 0), d]
         for k in range(rows):
             xv[k + 1] = x[b, min(i0 + k, n - 1), d]
         s0 = chunk * span
-        base, key0 = (task * bands + band) * Mx, th % Mx
+        W = band_view(Wt, (task * bands + band) * (Mx * 3 * BR))
         for s in range(s0, min(s0 + span, m + WARP - 1)):
             j = s - lane
-            if 0 <= j and j < m and i0 < n:
-                at = _kept_at(base, key0, Mx, j, th, BR, m)
+            if 0 <= j and j < m:
+                key = (j + th) % Mx
                 yj = y[b, j, d]
                 yp = y[b, j - 1, d] if j > 0 else yj
-                cells(0, (Wt, at, i0, n, lo, hi, j, xv, yj, yp, c, gamma, ig), 0)
+                cells(0, (W, key * (3 * BR) + th, i0, n, lo, hi, j, xv, yj, yp, c, gamma, ig), 0)
 
     return costs
+
+
+@functools.cache
+def _kept_forward(rows: int, warps: int, split: bool, A: int):
+    """The forward of the kept weights: :func:`_wavefront`'s forward (bands, hand-overs and
+    columns as there) on the costs of :func:`_kept_costs`' pass, copied to shared memory
+    ``A`` steps before their cells by asynchronous copies (a block barrier waits for loads
+    into registers, not for those), storing each cell's three edge weights
+    ``exp((R[i, j] - candidate) / gamma)`` (float32, from the softmin's own sum,
+    :func:`_softmin3_split_fast`) over its costs.  A step reads no x or y and tests no cell
+    (a cell outside the band has +inf costs: its value +inf, its weights 0); its offsets
+    are 32-bit (``u32``, from the band's own view of the array), since a step's integer
+    work, issued in order by one warp, had outweighed its arithmetic."""
+    T = WARP * warps
+    BR = T * rows
+    STEP = 3 * BR  # (a key's entries)
+    SLOTS = 2 * A  # (columns in shared memory: a power of two)
+    SMASK = SLOTS - 1
+    CN, HN = SLOTS * STEP, 2 * T  # (shared arrays' lengths: constants)
+    wait_costs = cp_wait_group(A - 1)
+
+    @device
+    def cell_row(k, args, carry):
+        Cs, cs, Rs, P, Q, gamma, ig = args
+        diag, up = carry
+        left = Rs[k]
+        o = cs + k * T
+        dm = float64(Cs[u32(o)])  # (x_i - y_j)
+        cu = float64(Cs[u32(o + BR)])
+        cl = float64(Cs[u32(o + 2 * BR)])
+        v, P[0, k], P[1, k], P[2, k], Q[k] = _softmin3_split_fast(
+            diag + dm * dm, up + cu, left + cl, gamma, ig
+        )
+        Rs[k] = v
+        return left, v
+
+    @device
+    def store_row(k, args, carry):
+        """Row ``k``'s weights, after the step's hand-over (a warp issues in order: the
+        reciprocal and the stores would delay it)."""
+        W, at, P, Q = args
+        wm, wu, wl = _weights_fast(P[0, k], P[1, k], P[2, k], Q[k])
+        o = at + k * T
+        W[u32(o)] = wm
+        W[u32(o + BR)] = wu
+        W[u32(o + 2 * BR)] = wl
+        return carry
+
+    @device
+    def copy_row(k, args, carry):
+        Cs, cs, W, at = args
+        for e in range(3):
+            cp_async(Cs, u32(cs + e * BR + k * T), W, u32(at + e * BR + k * T))
+        return carry
+
+    down = _unrolled(cell_row, rows, False)
+    stores = _unrolled(store_row, rows, False)
+    copies = _unrolled(copy_row, rows, False)
+
+    @kernel
+    def forward(ns, ms, Wt, values, bnd, bands, D, Mx, gamma):
+        th = cuda.threadIdx.x
+        if split:  # (bands in ticket order: a band only waits for the one above, started first)
+            band, task = _band_task(bnd, cuda.shared.array(1, int64), bands, False)
+        else:
+            band, task = 0, cuda.blockIdx.x
+        b = task // D
+        n, m = ns[b], ms[b]
+        top = band * BR
+        if top >= n:
+            return  # (the whole block: a band past this pair's rows)
+        ig = LOG2E / gamma
+        i0 = top + th * rows
+        mine = i0 < n
+        used = min((n - top + rows - 1) // rows, T)  # threads with rows
+        hand = cuda.shared.array(HN, float64)  # each thread's bottom row, by step parity
+        Cs = cuda.shared.array(CN, float32)  # the next columns' costs
+        grp = cuda.shared.array(WARP, float64)  # the row above the band, a group of columns
+        Rs = cuda.local.array(rows, float64)  # the strip's column j - 1, then j
+        P = cuda.local.array((3, rows), float32)  # the step's weights' parts
+        Q = cuda.local.array(rows, int32)
+        for k in range(rows):
+            Rs[k] = INF
+        W = band_view(Wt, (task * bands + band) * (Mx * STEP))
+        fed = split and band > 0 and th < WARP  # (warp 0, for thread 0)
+        feeds = split and th == T - 1 and top + BR < n
+        row_in = (task * bands + band) * Mx
+        row_out = row_in + Mx
+        pref = poll(bnd, row_in + min(th % WARP, m - 1)) if fed else 0
+        if mine:  # (columns 0 .. A - 1: steps th ..; column j's key is (j + th) mod Mx)
+            for q in range(A):
+                if q < m:
+                    at = ((th + q) % Mx) * STEP + th
+                    copies(0, (Cs, ((th + q) & SMASK) * STEP + th, W, at), 0)
+                cp_commit()
+        hand[th] = INF
+        hand[T + th] = INF
+        key = 0  # (s mod Mx: every thread's key at step s)
+        key_a = A % Mx  # ((s + A) mod Mx)
+        up_prev = INF
+        for s in range(m + used - 1):
+            cuda.syncthreads()
+            p = s & 1
+            j = s - th
+            if fed and (s & (WARP - 1)) == 0 and s < m:
+                pref = _take_group(bnd, row_in, s, m, pref, grp)
+            if th == 0:
+                if split and band > 0:
+                    up = grp[s & (WARP - 1)] if s < m else INF
+                    diag = up_prev
+                else:
+                    up = INF
+                    diag = 0.0 if j == 0 else INF  # (R[0, 0] = (x_0 - y_0)^2 exactly)
+            else:
+                up = hand[u32(p * T + th - 1)]
+                diag = up_prev
+            up_prev = up
+            if mine and below(j, m):
+                wait_costs()  # (column j's copies; those of the next A - 1 may fly)
+                down(0, (Cs, (s & SMASK) * STEP + th, Rs, P, Q, gamma, ig), (diag, up))
+                bot = Rs[rows - 1]
+                hand[u32((1 - p) * T + th)] = bot  # (the next step's hand-over first)
+                stores(0, (W, key * STEP + th, P, Q), 0)
+                if split:
+                    st_if(bnd, row_out + j, as_bits(bot), feeds)
+                if j + A < m:
+                    cs = ((s + A) & SMASK) * STEP + th
+                    copies(0, (Cs, cs, W, key_a * STEP + th), 0)
+                cp_commit()
+            key = key + 1
+            key = 0 if key == Mx else key
+            key_a = key_a + 1
+            key_a = 0 if key_a == Mx else key_a
+        for k in range(rows):  # (the last column's R[n - 1, m - 1]: the task's value)
+            if i0 + k == n - 1:
+                values[task] = Rs[k]
+
+    return forward
 
 
 @functools.cache
@@ -1011,48 +1074,46 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
     (bands, hand-overs and columns as there), each cell's ``G`` the sum of its successors'
     pushes and each incoming edge's occupancy ``G w`` stored over its weight; a column's
     weights are copied to shared memory ``A`` steps before its cells by asynchronous copies
-    (a block barrier waits for loads into registers, not for those)."""
+    (a block barrier waits for loads into registers, not for those).  32-bit offsets from
+    the band's view of the array, as :func:`_kept_forward`'s; the last cell's seed ``G = 1``
+    set before the steps, not tested a cell."""
     T = WARP * warps
     BR = T * rows
+    STEP = 3 * BR
     SLOTS = 2 * A  # (columns in shared memory: a power of two)
-    WS = SLOTS * 3 * BR  # (a shared array's length: a constant)
-    zero = float32(0.0)
+    SMASK = SLOTS - 1
+    CN, HN = SLOTS * STEP, 2 * T  # (shared arrays' lengths: constants)
     wait_weights = cp_wait_group(A - 1)
 
     @device
     def load_row(k, args, carry):
-        Wt, at, i0, n, Ws, ws = args
+        W, at, Ws, ws = args
         for e in range(3):
-            if i0 + k < n:
-                cp_async(Ws, ws + e * BR + k * T, Wt, at + e * BR + k * T)
-            else:  # (rows past n were never written)
-                Ws[ws + e * BR + k * T] = zero
+            cp_async(Ws, u32(ws + e * BR + k * T), W, u32(at + e * BR + k * T))
         return carry
 
     @device
     def chain_row(k, args, carry):
-        i0, j, n, m, Gs, Ws, ws, Ob = args
+        Gs, Ws, ws, Ob = args
         up_in, match_in = carry
-        i = i0 + k
         g = Gs[k] + up_in
-        if i == n - 1 and j == m - 1:
-            g += 1.0
-        o_match = g * float64(Ws[ws + k * T])
-        o_up = g * float64(Ws[ws + BR + k * T])
-        o_left = g * float64(Ws[ws + 2 * BR + k * T])
+        o = ws + k * T
+        o_match = g * float64(Ws[u32(o)])
+        o_up = g * float64(Ws[u32(o + BR)])
+        o_left = g * float64(Ws[u32(o + 2 * BR)])
         Ob[0, k], Ob[1, k], Ob[2, k] = o_match, o_up, o_left
         Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
         return o_up, o_match
 
     @device
     def out_row(k, args, carry):
-        """Row ``i0 + k``'s occupancies stored over its weights, after the step's hand-over
+        """Row ``k``'s occupancies stored over its weights, after the step's hand-over
         (their float32 conversions would delay it: a warp issues in order)."""
-        Wt, at, lim, Ob = args
-        if k < lim:
-            Wt[at + k * T] = Ob[0, k]
-            Wt[at + BR + k * T] = Ob[1, k]
-            Wt[at + 2 * BR + k * T] = Ob[2, k]
+        W, at, Ob = args
+        o = at + k * T
+        W[u32(o)] = Ob[0, k]
+        W[u32(o + BR)] = Ob[1, k]
+        W[u32(o + 2 * BR)] = Ob[2, k]
         return carry
 
     loads = _unrolled(load_row, rows, False)
@@ -1074,54 +1135,56 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
         i0 = top + th * rows
         last = min((n - top + rows - 1) // rows, T) - 1  # the last thread with rows
         mine = i0 < n
-        hand = cuda.shared.array((2, T), float64)  # pushed into the row above, by step parity
+        hand = cuda.shared.array(HN, float64)  # pushed into the row above, by step parity
         Gs = cuda.local.array(rows, float64)  # pushed into the strip's column j so far
-        Ws = cuda.shared.array(WS, float32)  # the next columns' weights
+        Ws = cuda.shared.array(CN, float32)  # the next columns' weights
         Ob = cuda.local.array((3, rows), float64)  # the step's occupancies
         grp_g = cuda.shared.array(WARP, float64)  # from the band below, a group of columns
-        for k in range(rows):
-            Gs[k] = 0.0
-        base, key0 = (task * bands + band) * Mx, th % Mx
+        for k in range(rows):  # (the last cell's G: 1 and nothing pushed into it)
+            Gs[k] = 1.0 if i0 + k == n - 1 else 0.0
+        W = band_view(Wt, (task * bands + band) * (Mx * STEP))
         fed_band = split and top + BR < n
         fed = fed_band and th // WARP == last // WARP  # (the last thread's warp)
         feeds = split and band > 0 and th == 0
-        row_in = base
+        row_in = (task * bands + band) * Mx
         row_out = row_in - Mx
         pref_g = poll(bnd_g, row_in + min(th % WARP, m - 1)) if fed else 0
         j0 = (m - 1) + last - th  # the column at step 0
-        for q in range(A):  # (the thread's first columns: its own and the next A - 1)
-            jw = min(j0, m - 1) - q
-            if 0 <= jw and mine:
-                ws = (jw & (SLOTS - 1)) * (3 * BR) + th
-                loads(0, (Wt, _kept_at(base, key0, Mx, jw, th, BR, m), i0, n, Ws, ws), 0)
-            cp_commit()
+        key = (m - 1 + last) % Mx  # ((j + th) mod Mx at step s: every thread's, down by 1)
+        if mine:  # (columns m - 1 .. m - A: steps last - th ..)
+            for q in range(A):
+                if q < m:
+                    at = ((m - 1 - q + th) % Mx) * STEP + th
+                    loads(0, (W, at, Ws, ((last - th + q) & SMASK) * STEP + th), 0)
+                cp_commit()
+        key_a = (key + Mx - A % Mx) % Mx  # (the key of column j - A)
         match_top = 0.0  # the top row's match push of the step before (into the same cell)
         for s in range(m + last):
             cuda.syncthreads()
+            p = s & 1
             if fed and (s & (WARP - 1)) == 0 and s < m:
                 pref_g = _take_group(bnd_g, row_in, s, m, pref_g, grp_g)
             G_below = 0.0
             if th < last:
-                G_below = hand[s & 1, th + 1]
+                G_below = hand[u32(p * T + th + 1)]
             elif fed_band and s < m:  # (the last thread, column m - 1 - s)
                 G_below = grp_g[s & (WARP - 1)]
             j = j0 - s
-            if 0 <= j and j < m and mine:
-                at = _kept_at(base, key0, Mx, j, th, BR, m)
+            if mine and below(j, m):
                 wait_weights()  # (column j's copies; those of the next A - 1 may fly)
-                ws = (j & (SLOTS - 1)) * (3 * BR) + th
-                o_up, o_match = chain(0, (i0, j, n, m, Gs, Ws, ws, Ob), (G_below, 0.0))
+                ws = (s & SMASK) * STEP + th
+                o_up, o_match = chain(0, (Gs, Ws, ws, Ob), (G_below, 0.0))
                 send = o_up + match_top
                 match_top = o_match
-                hand[(s + 1) & 1, th] = send  # (the next step's hand-over now)
-                out(0, (Wt, at, n - i0, Ob), 0)
+                hand[u32((1 - p) * T + th)] = send  # (the next step's hand-over now)
+                out(0, (W, key * STEP + th, Ob), 0)
                 if split:  # (columns right to left: index m - 1 - j)
                     st_if(bnd_g, row_out + (m - 1 - j), as_bits(send), feeds)
-                jw = j - A
-                if jw >= 0:
-                    ws = (jw & (SLOTS - 1)) * (3 * BR) + th
-                    loads(0, (Wt, _kept_at(base, key0, Mx, jw, th, BR, m), i0, n, Ws, ws), 0)
+                if j >= A:
+                    loads(0, (W, key_a * STEP + th, Ws, ((s + A) & SMASK) * STEP + th), 0)
                 cp_commit()
+            key = Mx - 1 if key == 0 else key - 1
+            key_a = Mx - 1 if key_a == 0 else key_a - 1
 
     return backward
 
@@ -1569,21 +1632,23 @@ def msm_cuda(
         if kept and not _kept_fits(*shape):
             raise ValueError(f"sdtw: kept weights take more than 48 KB of shared memory a "
                              f"block for {shape[0]} rows x {shape[1]} warps")  # fmt: skip
-        forward, backward = _wavefront(*shape, fast, nb > 1, depth, kept)
         threads = WARP * shape[1]
         steps = M + WARP - 1  # (the cells' passes: a warp's steps)
         nc = _chunks(steps, grid, shape[1], sms) if chunks is None else chunks
         if nc < 1:
             raise ValueError(f"sdtw: chunks must be >= 1, got {nc}")
         span = -(-steps // nc)
+        values = torch.empty(B * D, dtype=torch.float64, device=dev)
         if kept:  # (every cell that the kernels read is written first)
             R = torch.empty(grid * M * 3 * threads * shape[0], dtype=torch.float32, device=dev)
-            if depth > 0:  # (the forward reads its costs steps ahead)
-                launch(_kept_costs(*shape), grid * nc, threads, dev, *args, R, nb, nc, span)
+            launch(_kept_costs(*shape), grid * nc, threads, dev, *args, R, nb, nc, span)
+            forward = _kept_forward(*shape, nb > 1, _kept_ahead(shape[0]))
+            launch(forward, grid, threads, dev, ns, ms, R, values, *hand_over(grid * M + 1), nb,
+                   D, M, float(gamma))  # fmt: skip
         else:
+            forward, backward = _wavefront(*shape, fast, nb > 1, depth)
             R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
-        values = torch.empty(B * D, dtype=torch.float64, device=dev)
-        launch(forward, grid, threads, dev, *args, R, values, *hand_over(grid * M + 1), nb)
+            launch(forward, grid, threads, dev, *args, R, values, *hand_over(grid * M + 1), nb)
         values = values.view(B, D).sum(1) if D > 1 else values
     else:
         forward, threads = _forward, 8 if SIMULATED else 128
