@@ -218,6 +218,73 @@ def test_gpu_library_graph_replays_match_eager(rng, lib_graphs, case):
             assert torch.equal(a, b) or rel_err(a, b) <= 1e-6, (case, k, rel_err(a, b))
 
 
+_MSM_CASES = {
+    "kept-f32": dict(),
+    "x-only": dict(grad_y=False),
+    "no-grad": dict(grad_x=False, grad_y=False),
+    "band-normalize-f64": dict(bandwidth=9, normalize=True, dtype=torch.float64),
+}
+
+
+@requires_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", list(_MSM_CASES))
+def test_gpu_library_graph_soft_msm(rng, lib_graphs, case):
+    """Soft-MSM takes the library's graphs as soft-DTW does: the third call of a shape is
+    captured, later ones replay it; on fresh inputs, values and gradients (an upstream
+    gradient per pair) are the eager ones, each replay counts the kernels it ran (float32
+    with gradients: costs, forward, backward, gradients; float64: forward, backward; no
+    gradients: the forward), and two replayed calls before one backward keep their own
+    gradients (they are copied out of the graph)."""
+    opts = dict(_MSM_CASES[case])
+    dt = opts.pop("dtype", torch.float32)
+    gx_on, gy_on = opts.pop("grad_x", True), opts.pop("grad_y", True)
+    B, N, M = 4, 70, 45
+
+    def inputs():
+        return (randn(rng, B, n, 1, dtype=torch.float32, device="cuda").to(dt) for n in (N, M))
+
+    w = randn(rng, B, dtype=dt, device="cuda")
+
+    def run(x, y):
+        x, y = x.clone().requires_grad_(gx_on), y.clone().requires_grad_(gy_on)
+        v = sdtw.soft_msm(x, y, gamma=0.1, backend="cuda", **opts)
+        leaves = [t for t in (x, y) if t.requires_grad]
+        grads = torch.autograd.grad(v, leaves, w) if leaves else ()
+        return (v.detach(), *grads)
+
+    keys = 3 if opts.get("normalize") else 1
+    per_call = (4 if dt == torch.float32 else 2) if (gx_on or gy_on) else 1
+    for k in range(5):
+        x, y = inputs()
+        n0 = sum(sdtw.cuda.launch_counts().values())
+        got = run(x, y)
+        launched = sum(sdtw.cuda.launch_counts().values()) - n0
+        with lib_graphs.eager():
+            expected = run(x, y)
+        torch.cuda.synchronize()
+        assert lib_graphs.graph_count() == (keys if k >= 2 else 0)
+        if k >= 3:
+            assert launched == per_call * keys
+        for a, b in zip(got, expected, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert torch.equal(a, b) or rel_err(a, b) <= 1e-6, (case, k, rel_err(a, b))
+    if not (gx_on and gy_on):
+        return
+    xs = [t.requires_grad_() for _ in range(2) for t in inputs()]
+    v1 = sdtw.soft_msm(xs[0], xs[1], gamma=0.1, backend="cuda", **opts)
+    v2 = sdtw.soft_msm(xs[2], xs[3], gamma=0.1, backend="cuda", **opts)
+    (v1.sum() + 2 * v2.sum()).backward()
+    with lib_graphs.eager():
+        ys = [t.detach().clone().requires_grad_() for t in xs]
+        e1 = sdtw.soft_msm(ys[0], ys[1], gamma=0.1, backend="cuda", **opts)
+        e2 = sdtw.soft_msm(ys[2], ys[3], gamma=0.1, backend="cuda", **opts)
+        (e1.sum() + 2 * e2.sum()).backward()
+    assert rel_err(v1, e1) <= 1e-6 and rel_err(v2, e2) <= 1e-6
+    for a, b in zip(xs, ys, strict=True):
+        assert rel_err(a.grad, b.grad) <= 1e-6
+
+
 @requires_gpu
 @pytest.mark.cuda
 def test_gpu_library_graph_outputs_are_copies(rng, lib_graphs):

@@ -143,7 +143,7 @@ class Backend:
         if plan.recurrence.kind == "sequences":
             if torch.is_grad_enabled() and (x.requires_grad or y.requires_grad):
                 return _SequenceValues.apply(x, y, self, plan, pairs)
-            return self.sequence_value_and_grads(plan, x, y, pairs, False, False)[0]
+            return self.sequence_step(plan, x, y, pairs, False, False)[0]
         out = self.cost_values(plan, self._pair_cost(plan, x, y), pairs)
         return out if out.dtype == x.dtype else out.to(x.dtype)
 
@@ -174,6 +174,15 @@ class Backend:
         ``caps.recurrences``."""
         raise NotImplementedError(f"backend {self.name!r} has no kernels for sequence recurrences")
 
+    def sequence_step(
+        self, plan: Plan, x: torch.Tensor, y: torch.Tensor, pairs: Pairs, need_x, need_y
+    ) -> tuple:
+        """:meth:`sequence_value_and_grads` as the eager front door calls it (the values of
+        :meth:`pair_values`, with the gradients autograd will scale): tensors of the caller's
+        own, which a backend may get from work it captured once and replays (the CUDA
+        backend's graphs); the operators' path calls :meth:`sequence_value_and_grads`."""
+        return self.sequence_value_and_grads(plan, x, y, pairs, need_x, need_y)
+
     def sequence_alignment(
         self, plan: Plan, x: torch.Tensor, y: torch.Tensor, pairs: Pairs
     ) -> torch.Tensor:
@@ -190,9 +199,7 @@ class _SequenceValues(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, y, backend: Backend, plan: Plan, pairs: Pairs):
         need_x, need_y = ctx.needs_input_grad[:2]
-        values, gx, gy = backend.sequence_value_and_grads(
-            plan, x.detach(), y.detach(), pairs, need_x, need_y
-        )
+        values, gx, gy = backend.sequence_step(plan, x.detach(), y.detach(), pairs, need_x, need_y)
         ctx.save_for_backward(gx, gy)
         return values
 

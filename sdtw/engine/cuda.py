@@ -200,6 +200,38 @@ class CUDABackend(Backend):
         """Soft-MSM's kernels (:mod:`sdtw.cuda.msm`: float64 R, float32 transcendentals for
         float32 inputs), each pair's band offsets and lengths in NumPy tables as the CPU
         kernels take them, or, with per-pair lengths, in a tensor made on the device."""
+        values, gx, gy = self._msm(plan, x, y, pairs, need_x, need_y)
+        gx = gx.to(x.dtype) if need_x else None
+        gy = gy.to(y.dtype) if need_y else None
+        return values.to(x.dtype), gx, gy
+
+    def sequence_step(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
+        """:meth:`sequence_value_and_grads` from a replayed CUDA graph of its GPU work where
+        the same call (no per-pair lengths) has run eagerly twice (:mod:`sdtw.cuda._graphs`,
+        as soft-DTW's calls; ``sdtw.cuda.set_graphs(False)`` turns it off): the kernels'
+        launches and torch's small ops cost host time that a small step waits for.  The
+        gradients are copied out of the graph's buffers (into the inputs' dtypes)."""
+        if pairs.x_lengths is not None:
+            return self.sequence_value_and_grads(plan, x, y, pairs, need_x, need_y)
+        from sdtw.cuda import _graphs
+
+        def compute(xk, yk):
+            return self._msm(plan, xk, yk, pairs, need_x, need_y)
+
+        c = plan.recurrence.param("c")
+        params = (plan.recurrence.name, c, plan.gamma, plan.bandwidth, need_x, need_y)
+        done = _graphs.call((x, y), params, (x.dtype, y.dtype), compute)
+        if done is None:
+            return self.sequence_value_and_grads(plan, x, y, pairs, need_x, need_y)
+        values, lease = done
+        gx, gy = (None, None) if isinstance(lease, tuple) else lease.grads
+        gx = gx.to(x.dtype, copy=True) if need_x else None
+        gy = gy.to(y.dtype, copy=True) if need_y else None
+        return values.to(x.dtype), gx, gy
+
+    def _msm(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
+        """:func:`sdtw.cuda.msm.msm_cuda`'s values and float64 gradients (None where not
+        asked for)."""
         from sdtw.cpu import _tables
         from sdtw.cuda.msm import msm_cuda
 
@@ -210,9 +242,7 @@ class CUDABackend(Backend):
             tables = _pair_tables(pairs, plan.bandwidth)
         c = plan.recurrence.param("c")
         values, gx, gy = msm_cuda(x, y, c, plan.gamma, tables, need_x or need_y)
-        gx = gx.to(x.dtype) if need_x else None
-        gy = gy.to(y.dtype) if need_y else None
-        return values.to(x.dtype), gx, gy
+        return values, gx if need_x else None, gy if need_y else None
 
     def sequence_alignment(self, plan, x, y, pairs: Pairs) -> torch.Tensor:
         """Soft-MSM's alignment has no CUDA kernel: the CPU backend's (the same float64
