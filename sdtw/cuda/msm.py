@@ -919,13 +919,15 @@ def _kept_costs(rows: int, warps: int):
             xv[k + 1] = x[b, min(i0 + k, n - 1), d]
         s0 = chunk * span
         W = band_view(Wt, (task * bands + band) * (Mx * 3 * BR))
+        key = (s0 + th - lane) % Mx  # (the key of column s - lane: every lane's, up by 1)
         for s in range(s0, min(s0 + span, m + WARP - 1)):
             j = s - lane
             if 0 <= j and j < m:
-                key = (j + th) % Mx
                 yj = y[b, j, d]
                 yp = y[b, j - 1, d] if j > 0 else yj
                 cells(0, (W, key * (3 * BR) + th, i0, n, lo, hi, j, xv, yj, yp, c, gamma, ig), 0)
+            key = key + 1
+            key = 0 if key == Mx else key
 
     return costs
 
@@ -1203,13 +1205,12 @@ def _kept_gradients(rows: int, warps: int):
     T = WARP * warps
     BR = T * rows
     R1 = rows + 1  # (a local array's length: a constant)
-    zero = float32(0.0)
 
     @device
     def fetch_row(k, args, carry):
-        Wt, at, i0, n, On = args
+        W, at, On = args
         for e in range(3):
-            On[e, k] = Wt[at + e * BR + k * T] if i0 + k < n else zero
+            On[e, k] = W[u32(at + e * BR + k * T)]
         return carry
 
     @device
@@ -1261,9 +1262,10 @@ def _kept_gradients(rows: int, warps: int):
             gxl[k] = 0.0
         xch = cuda.shared.array((2, T), float64)  # (the simulator's shuffles)
         xch2 = cuda.shared.array((2, T), float64)
-        base, key0 = (task * bands + band) * Mx, th % Mx
+        W = band_view(Wt, (task * bands + band) * (Mx * 3 * BR))
         slot = (chunk * bands + band) * (T // WARP) + w  # (chunk-major: the bits of one band)
         s0 = chunk * span
+        key = (s0 + th - lane) % Mx  # (the key of column s - lane: every lane's, up by 1)
         s1 = min(s0 + span, m + WARP - 1)
         gx_above = 0.0
         run = 0.0  # this lane's column's sum over the warp's rows above and its own
@@ -1272,7 +1274,7 @@ def _kept_gradients(rows: int, warps: int):
         Oc = cuda.local.array((3, rows), float32)
         jn = s0 - lane
         if 0 <= jn and jn < m and i0 < n:
-            fetch(0, (Wt, _kept_at(base, key0, Mx, jn, th, BR, m), i0, n, On), 0)
+            fetch(0, (W, key * (3 * BR) + th, On), 0)
         yn = y[b, min(max(jn, 0), m - 1), d]
         yq = y[b, min(max(jn - 1, 0), m - 1), d]  # (y of the column before)
         for s in range(s0, s1):
@@ -1283,8 +1285,10 @@ def _kept_gradients(rows: int, warps: int):
                 for k in range(rows):
                     Oc[e, k] = On[e, k]
             jn = j + 1
+            key = key + 1
+            key = 0 if key == Mx else key
             if 0 <= jn and jn < m and i0 < n:
-                fetch(0, (Wt, _kept_at(base, key0, Mx, jn, th, BR, m), i0, n, On), 0)
+                fetch(0, (W, key * (3 * BR) + th, On), 0)
             yq = yn
             yn = y[b, min(max(jn, 0), m - 1), d]
             col = prev_col = 0.0
