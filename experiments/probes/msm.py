@@ -8,8 +8,10 @@ by the rules (a task's rows as bands on blocks of their own where the tasks leav
 float32 inputs: the forward keeps its edge weights for the backward), Soft-MSM with ``R``
 kept instead and the weights recomputed in the backward
 (``sdtw.cuda.config.overrides(msm_kept=False)``), as one block a task
-(``overrides(msm_bands=1)``) and ``sdtw.softdtw``.  The difference
-between a step's wall time and its kernels' GPU time is host work that the GPU waited for.
+(``overrides(msm_bands=1)``), in bands of 32 and of 64 rows (a block of one warp, of two),
+and ``sdtw.softdtw`` (every one with the library's CUDA graphs on, as by default).  The
+difference between a step's wall time and its kernels' GPU time is host work that the GPU
+waited for.
 
 Usage::
 
@@ -61,12 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     from sdtw.cuda.config import overrides
 
     dtype = torch.float64 if args.float64 else torch.float32
-    variants = {"Soft-MSM, the rules": ("msm", {}),
-                "Soft-MSM, R kept (weights recomputed)": ("msm", {"msm_kept": False}),
-                "Soft-MSM, one block a task": ("msm", {"msm_bands": 1}),
-                "soft-DTW": ("dtw", {})}  # fmt: skip
     print(f"{torch.cuda.get_device_name()}; B = {args.batch}, D = 1, {str(dtype)[6:]}")
     for N in args.sizes:
+        variants = {"Soft-MSM, the rules": ("msm", {}),
+                    "Soft-MSM, R kept (weights recomputed)": ("msm", {"msm_kept": False}),
+                    "Soft-MSM, one block a task": ("msm", {"msm_bands": 1})}  # fmt: skip
+        for rows in (32, 64):  # (bands of one warp, of two: fewer barriers' warps, more bands)
+            if N > rows:
+                variants[f"Soft-MSM, bands of {rows} rows"] = ("msm", {"msm_bands": -(-N // rows)})
+        variants["soft-DTW"] = ("dtw", {})
         steps = _steps(args.batch, N, dtype)
         for grad, label in ((False, "forward"), (True, "forward + backward")):
             times: dict = {k: [] for k in variants}
