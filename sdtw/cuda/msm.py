@@ -933,38 +933,54 @@ def _kept_costs(rows: int, warps: int):
 
 
 @functools.cache
-def _kept_forward(rows: int, warps: int, split: bool, A: int):
+def _kept_forward(rows: int, warps: int, split: bool, slots: int):
     """The forward of the kept weights: :func:`_wavefront`'s forward (bands, hand-overs and
-    columns as there) on the costs of :func:`_kept_costs`' pass, copied to shared memory
-    ``A`` steps before their cells by asynchronous copies (a block barrier waits for loads
-    into registers, not for those), storing each cell's three edge weights
-    ``exp((R[i, j] - candidate) / gamma)`` (float32, from the softmin's own sum,
-    :func:`_softmin3_split_fast`) over its costs.  A step reads no x or y and tests no cell
-    (a cell outside the band has +inf costs: its value +inf, its weights 0); its offsets
-    are 32-bit (``u32``, from the band's own view of the array), since a step's integer
-    work, issued in order by one warp, had outweighed its arithmetic."""
+    columns as there) on the costs of :func:`_kept_costs`' pass, storing each cell's three
+    edge weights ``exp((R[i, j] - candidate) / gamma)`` (float32, from the softmin's own sum,
+    :func:`_softmin3_split_fast`) over its costs.
+
+    A column's costs are copied to shared memory (``slots`` columns, a power of two) by
+    asynchronous copies ``slots - 1`` steps before its cells (a block barrier waits for loads
+    into registers, not for those).  At the end of a step the thread prepares the next
+    column's match and left candidates, ``R[i-1, j-1] + (x_i - y_j)^2`` and ``R[i, j-1] +
+    C_left`` (each operand known then: the row above's value came with this step's
+    hand-over), so that after the next barrier only the up candidate and the soft minimum
+    wait for the hand-over.  A step reads no x or y and tests no cell (a cell outside the
+    band has +inf costs: its value +inf, its weights 0); its offsets are 32-bit (``u32``,
+    from the band's own view of the array), since a step's integer work, issued in order by
+    one warp, had outweighed its arithmetic."""
     T = WARP * warps
     BR = T * rows
     STEP = 3 * BR  # (a key's entries)
-    SLOTS = 2 * A  # (columns in shared memory: a power of two)
-    SMASK = SLOTS - 1
-    CN, HN = SLOTS * STEP, 2 * T  # (shared arrays' lengths: constants)
+    SMASK = slots - 1
+    A = slots - 1  # (steps ahead: a slot is free once its column's candidates are prepared)
+    CN, HN = slots * STEP, 2 * T  # (shared arrays' lengths: constants)
     wait_costs = cp_wait_group(A - 1)
 
     @device
-    def cell_row(k, args, carry):
-        Cs, cs, Rs, P, Q, gamma, ig = args
-        diag, up = carry
-        left = Rs[k]
+    def prep_row(k, args, diag):
+        """Row ``k``'s next column: its up cost and its match and left candidates from the
+        shared costs at ``cs``; ``diag``: the row above's value at this column.  Returns the
+        row's own (the next row's ``diag``)."""
+        Cs, cs, Rs, Ca, Cu, Cc = args
         o = cs + k * T
         dm = float64(Cs[u32(o)])  # (x_i - y_j)
-        cu = float64(Cs[u32(o + BR)])
-        cl = float64(Cs[u32(o + 2 * BR)])
+        Cu[k] = float64(Cs[u32(o + BR)])
+        left = Rs[k]
+        Ca[k] = diag + dm * dm
+        Cc[k] = left + float64(Cs[u32(o + 2 * BR)])
+        return left
+
+    @device
+    def cell_row(k, args, up):
+        """Row ``k``'s value from its prepared candidates and the row above's ``up``; the
+        weights' parts into ``P``, ``Q``."""
+        Ca, Cu, Cc, Rs, P, Q, gamma, ig = args
         v, P[0, k], P[1, k], P[2, k], Q[k] = _softmin3_split_fast(
-            diag + dm * dm, up + cu, left + cl, gamma, ig
+            Ca[k], up + Cu[k], Cc[k], gamma, ig
         )
         Rs[k] = v
-        return left, v
+        return v
 
     @device
     def store_row(k, args, carry):
@@ -985,6 +1001,7 @@ def _kept_forward(rows: int, warps: int, split: bool, A: int):
             cp_async(Cs, u32(cs + e * BR + k * T), W, u32(at + e * BR + k * T))
         return carry
 
+    prep = _unrolled(prep_row, rows, False)
     down = _unrolled(cell_row, rows, False)
     stores = _unrolled(store_row, rows, False)
     copies = _unrolled(copy_row, rows, False)
@@ -1009,6 +1026,9 @@ def _kept_forward(rows: int, warps: int, split: bool, A: int):
         Cs = cuda.shared.array(CN, float32)  # the next columns' costs
         grp = cuda.shared.array(WARP, float64)  # the row above the band, a group of columns
         Rs = cuda.local.array(rows, float64)  # the strip's column j - 1, then j
+        Ca = cuda.local.array(rows, float64)  # the next column's match candidates
+        Cu = cuda.local.array(rows, float64)  # its up costs
+        Cc = cuda.local.array(rows, float64)  # its left candidates
         P = cuda.local.array((3, rows), float32)  # the step's weights' parts
         Q = cuda.local.array(rows, int32)
         for k in range(rows):
@@ -1025,31 +1045,26 @@ def _kept_forward(rows: int, warps: int, split: bool, A: int):
                     at = ((th + q) % Mx) * STEP + th
                     copies(0, (Cs, ((th + q) & SMASK) * STEP + th, W, at), 0)
                 cp_commit()
+        if th == 0:  # (column 0 at step 0: R[0, 0] = 0 + (x_0 - y_0)^2 in the top band)
+            wait_costs()
+            prep(0, (Cs, 0, Rs, Ca, Cu, Cc), 0.0 if band == 0 else INF)
         hand[th] = INF
         hand[T + th] = INF
         key = 0  # (s mod Mx: every thread's key at step s)
         key_a = A % Mx  # ((s + A) mod Mx)
-        up_prev = INF
         for s in range(m + used - 1):
             cuda.syncthreads()
             p = s & 1
             j = s - th
             if fed and (s & (WARP - 1)) == 0 and s < m:
                 pref = _take_group(bnd, row_in, s, m, pref, grp)
-            if th == 0:
-                if split and band > 0:
-                    up = grp[s & (WARP - 1)] if s < m else INF
-                    diag = up_prev
-                else:
-                    up = INF
-                    diag = 0.0 if j == 0 else INF  # (R[0, 0] = (x_0 - y_0)^2 exactly)
-            else:
+            up = INF  # (R[i0 - 1, j]: the row above the strip at this column)
+            if th > 0:
                 up = hand[u32(p * T + th - 1)]
-                diag = up_prev
-            up_prev = up
+            elif split and band > 0 and s < m:
+                up = grp[s & (WARP - 1)]
             if mine and below(j, m):
-                wait_costs()  # (column j's copies; those of the next A - 1 may fly)
-                down(0, (Cs, (s & SMASK) * STEP + th, Rs, P, Q, gamma, ig), (diag, up))
+                down(0, (Ca, Cu, Cc, Rs, P, Q, gamma, ig), up)
                 bot = Rs[rows - 1]
                 hand[u32((1 - p) * T + th)] = bot  # (the next step's hand-over first)
                 stores(0, (W, key * STEP + th, P, Q), 0)
@@ -1059,6 +1074,9 @@ def _kept_forward(rows: int, warps: int, split: bool, A: int):
                     cs = ((s + A) & SMASK) * STEP + th
                     copies(0, (Cs, cs, W, key_a * STEP + th), 0)
                 cp_commit()
+            if mine and below(j + 1, m):  # (the next column's candidates, before the barrier)
+                wait_costs()  # (column j + 1's copies; those of the next A - 1 may fly)
+                prep(0, (Cs, ((s + 1) & SMASK) * STEP + th, Rs, Ca, Cu, Cc), up)
             key = key + 1
             key = 0 if key == Mx else key
             key_a = key_a + 1
@@ -1646,7 +1664,7 @@ def msm_cuda(
         if kept:  # (every cell that the kernels read is written first)
             R = torch.empty(grid * M * 3 * threads * shape[0], dtype=torch.float32, device=dev)
             launch(_kept_costs(*shape), grid * nc, threads, dev, *args, R, nb, nc, span)
-            forward = _kept_forward(*shape, nb > 1, _kept_ahead(shape[0]))
+            forward = _kept_forward(*shape, nb > 1, 2 * _kept_ahead(shape[0]))
             launch(forward, grid, threads, dev, ns, ms, R, values, *hand_over(grid * M + 1), nb,
                    D, M, float(gamma))  # fmt: skip
         else:
