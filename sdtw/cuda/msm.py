@@ -1089,20 +1089,22 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
 
 
 @functools.cache
-def _kept_backward(rows: int, warps: int, split: bool, A: int):
+def _kept_backward(rows: int, warps: int, split: bool, slots: int):
     """The backward of the kept weights: the mirror wavefront of :func:`_wavefront`'s backward
     (bands, hand-overs and columns as there), each cell's ``G`` the sum of its successors'
-    pushes and each incoming edge's occupancy ``G w`` stored over its weight; a column's
-    weights are copied to shared memory ``A`` steps before its cells by asynchronous copies
-    (a block barrier waits for loads into registers, not for those).  32-bit offsets from
-    the band's view of the array, as :func:`_kept_forward`'s; the last cell's seed ``G = 1``
-    set before the steps, not tested a cell."""
+    pushes and each incoming edge's occupancy ``G w`` stored over its weight.  A column's
+    weights are copied to shared memory (``slots`` columns) by asynchronous copies ``slots -
+    1`` steps before its cells (a block barrier waits for loads into registers, not for
+    those) and read into registers at the end of the step before, so that after a barrier
+    only ``G``'s sums and products wait for the hand-over (as :func:`_kept_forward`).
+    32-bit offsets from the band's view of the array; the last cell's seed ``G = 1`` set
+    before the steps, not tested a cell."""
     T = WARP * warps
     BR = T * rows
     STEP = 3 * BR
-    SLOTS = 2 * A  # (columns in shared memory: a power of two)
-    SMASK = SLOTS - 1
-    CN, HN = SLOTS * STEP, 2 * T  # (shared arrays' lengths: constants)
+    SMASK = slots - 1
+    A = slots - 1  # (steps ahead: a slot is free once its column's weights are read)
+    CN, HN = slots * STEP, 2 * T  # (shared arrays' lengths: constants)
     wait_weights = cp_wait_group(A - 1)
 
     @device
@@ -1113,14 +1115,21 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
         return carry
 
     @device
+    def read_row(k, args, carry):
+        """Row ``k``'s weights of the next column, from the shared ``Ws`` at ``ws``."""
+        Ws, ws, Wr = args
+        for e in range(3):
+            Wr[e, k] = float64(Ws[u32(ws + e * BR + k * T)])
+        return carry
+
+    @device
     def chain_row(k, args, carry):
-        Gs, Ws, ws, Ob = args
+        Gs, Wr, Ob = args
         up_in, match_in = carry
         g = Gs[k] + up_in
-        o = ws + k * T
-        o_match = g * float64(Ws[u32(o)])
-        o_up = g * float64(Ws[u32(o + BR)])
-        o_left = g * float64(Ws[u32(o + 2 * BR)])
+        o_match = g * Wr[0, k]
+        o_up = g * Wr[1, k]
+        o_left = g * Wr[2, k]
         Ob[0, k], Ob[1, k], Ob[2, k] = o_match, o_up, o_left
         Gs[k] = o_left + match_in  # (i, j - 1)'s, from its left and its match successors
         return o_up, o_match
@@ -1137,6 +1146,7 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
         return carry
 
     loads = _unrolled(load_row, rows, False)
+    reads = _unrolled(read_row, rows, False)
     chain = _unrolled(chain_row, rows, True)
     out = _unrolled(out_row, rows, False)
 
@@ -1158,6 +1168,7 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
         hand = cuda.shared.array(HN, float64)  # pushed into the row above, by step parity
         Gs = cuda.local.array(rows, float64)  # pushed into the strip's column j so far
         Ws = cuda.shared.array(CN, float32)  # the next columns' weights
+        Wr = cuda.local.array((3, rows), float64)  # the step's weights
         Ob = cuda.local.array((3, rows), float64)  # the step's occupancies
         grp_g = cuda.shared.array(WARP, float64)  # from the band below, a group of columns
         for k in range(rows):  # (the last cell's G: 1 and nothing pushed into it)
@@ -1177,6 +1188,9 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
                     at = ((m - 1 - q + th) % Mx) * STEP + th
                     loads(0, (W, at, Ws, ((last - th + q) & SMASK) * STEP + th), 0)
                 cp_commit()
+        if th == last:  # (its first column at step 0)
+            wait_weights()
+            reads(0, (Ws, th, Wr), 0)
         key_a = (key + Mx - A % Mx) % Mx  # (the key of column j - A)
         match_top = 0.0  # the top row's match push of the step before (into the same cell)
         for s in range(m + last):
@@ -1191,9 +1205,7 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
                 G_below = grp_g[s & (WARP - 1)]
             j = j0 - s
             if mine and below(j, m):
-                wait_weights()  # (column j's copies; those of the next A - 1 may fly)
-                ws = (s & SMASK) * STEP + th
-                o_up, o_match = chain(0, (Gs, Ws, ws, Ob), (G_below, 0.0))
+                o_up, o_match = chain(0, (Gs, Wr, Ob), (G_below, 0.0))
                 send = o_up + match_top
                 match_top = o_match
                 hand[u32((1 - p) * T + th)] = send  # (the next step's hand-over now)
@@ -1203,6 +1215,9 @@ def _kept_backward(rows: int, warps: int, split: bool, A: int):
                 if j >= A:
                     loads(0, (W, key_a * STEP + th, Ws, ((s + A) & SMASK) * STEP + th), 0)
                 cp_commit()
+            if mine and below(j - 1, m):  # (the next column's weights, before the barrier)
+                wait_weights()  # (column j - 1's copies; those of the next A - 1 may fly)
+                reads(0, (Ws, ((s + 1) & SMASK) * STEP + th, Wr), 0)
             key = Mx - 1 if key == 0 else key - 1
             key_a = Mx - 1 if key_a == 0 else key_a - 1
 
@@ -1682,7 +1697,7 @@ def msm_cuda(
         return values, None, None
     if shape is not None and kept:
         rows, warps_ = shape
-        launch(_kept_backward(rows, warps_, nb > 1, _kept_ahead(rows)), grid, threads, dev,
+        launch(_kept_backward(rows, warps_, nb > 1, 2 * _kept_ahead(rows)), grid, threads, dev,
                D, M, ns, ms, R, hand_over(grid * M + 1)[0], nb)  # fmt: skip
         parts = torch.zeros(B * D * (2 * nc * N + nb * nc * warps_ * M), dtype=torch.float64,
                             device=dev)  # fmt: skip
