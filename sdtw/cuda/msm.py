@@ -80,16 +80,17 @@ cells' arithmetic and every sum's order are those of one block of the same rows 
 the same bits (with kept weights the gradients' parts, which torch sums, are as many as the
 bands' warps: within rounding).
 
-Kept weights (float32 inputs with gradients, the wavefront kernels where the backward's
+Kept weights (float32 inputs with gradients, the wavefront kernels where the kept kernels'
 shared memory fits, :func:`_kept_fits`, on GPUs with ``cp.async``; ``kept``): the backward
 above spends most of a step on the later columns' weights and costs' partial derivatives,
 work that does not depend on the step before but sits in the steps of a chain.  So:
 
-* a pass over every cell in parallel (:func:`_kept_costs`) computes the up and left edge
-  costs (float32 roundings of the forward's own) where the weights will go;
-* the forward reads them steps ahead instead of computing them, and stores each cell's three
-  edge weights ``exp((R[i, j] - candidate) / gamma)`` (float32; from the softmin's own sum,
-  :func:`_softmin3_weights_fast`) in place of ``R``;
+* a pass over every cell in parallel (:func:`_kept_costs`) writes its three edge costs
+  (float32: the match's as ``x_i - y_j``, the up and left edges' as the forward's own
+  function computes them; +inf outside the band) where the weights will go;
+* the forward (:func:`_kept_forward`) copies them to shared memory steps ahead and stores
+  each cell's three edge weights ``exp((R[i, j] - candidate) / gamma)`` (float32; from the
+  softmin's own sum, :func:`_softmin3_split_fast`) over them;
 * the backward (:func:`_kept_backward`) is ``G``'s wavefront alone, the same hand-overs as
   above: ``G[i, j]`` the sum of its successors' pushes, each incoming edge's occupancy
   ``G w`` stored over its weight;
@@ -97,6 +98,14 @@ work that does not depend on the step before but sits in the steps of a chain.  
   occupancies by the costs' partial derivatives: a thread's rows' ``x`` sums in registers,
   ``y``'s column sums down a warp's lanes by shuffles, parts that torch sums (no atomics: the
   same bits on every run).
+
+A step of the two wavefronts is a chain: the barrier, the hand-over's load, the cells, the
+next hand-over's store.  Everything else a step does (the weights' or occupancies' stores,
+the copies of later columns, reading the next column's values from shared memory and, in the
+forward, its match and left candidates) is placed after the store or before the barrier,
+since a warp issues in order; offsets are 32-bit from each band's view of the array
+(``u32``, ``band_view``), keys advanced by a counter: 64-bit index work had been most of a
+step's instructions.
 
 The array is laid out by (task, band, key, edge, row of the strip, thread) with ``key = (j +
 th) mod M`` (:func:`_kept_index`), so that the threads of a step, on columns ``s - th``, touch
@@ -858,16 +867,6 @@ def _kept_index(task, band, bands, Mx, j, th, e, k, rows, T):
     return ((((task * bands + band) * Mx + key) * 3 + e) * rows + k) * T + th
 
 
-@device
-def _kept_at(base, key0, Mx, j, th, BR, m):
-    """The offset of thread ``th``'s column ``0 <= j`` in the kept array (:func:`_kept_index`'s
-    at ``e = k = 0``; ``base = (task bands + band) Mx``, ``key0 = th mod Mx``: a subtraction
-    for the ring, not a 64-bit division a step), -1 past column ``m - 1``."""
-    key = key0 + j
-    key = key - Mx if key >= Mx else key
-    return (base + key) * (3 * BR) + th if j < m else -1
-
-
 @functools.cache
 def _kept_costs(rows: int, warps: int):
     """Every cell's three edge costs into the kept array's slots of its weights, float32: the
@@ -1347,19 +1346,20 @@ def _kept_gradients(rows: int, warps: int):
     return gradients
 
 
-def _kept_ahead(rows: int) -> int:
-    """How many steps before its cells :func:`_kept_backward` copies a column's weights: 2 up
-    to 4 rows a thread, else 1 (shared memory: :func:`_kept_fits`)."""
-    return 2 if rows <= 4 else 1
+def _kept_slots(rows: int) -> int:
+    """Columns of costs (:func:`_kept_forward`) or weights (:func:`_kept_backward`) in a
+    block's shared memory, copied ``slots - 1`` steps before their cells: 4 up to 4 rows a
+    thread, else 2 (shared memory: :func:`_kept_fits`)."""
+    return 4 if rows <= 4 else 2
 
 
 def _kept_fits(rows: int, warps: int) -> bool:
-    """Whether :func:`_kept_backward`'s shared memory (``2 A`` columns of a band's weights,
-    float32, and the hand-over) fits a block's 48 KB of static shared memory: not for 16
-    rows x 4 warps (2048 rows a block) nor 4 rows x 8 warps; those keep ``R``."""
+    """Whether the kept kernels' shared memory (:func:`_kept_slots` columns of a band's
+    three values a cell, float32, and the hand-over) fits a block's 48 KB of static shared
+    memory: not for 16 rows x 4 warps (2048 rows a block) nor 4 rows x 8 warps; those keep
+    ``R``."""
     T = WARP * warps
-    A = _kept_ahead(rows)
-    return 2 * A * 3 * T * rows * 4 + 2 * T * 8 + WARP * 8 <= 48 * 1024
+    return _kept_slots(rows) * 3 * T * rows * 4 + 2 * T * 8 + WARP * 8 <= 48 * 1024
 
 
 def _async_copies(device: torch.device) -> bool:
@@ -1679,7 +1679,7 @@ def msm_cuda(
         if kept:  # (every cell that the kernels read is written first)
             R = torch.empty(grid * M * 3 * threads * shape[0], dtype=torch.float32, device=dev)
             launch(_kept_costs(*shape), grid * nc, threads, dev, *args, R, nb, nc, span)
-            forward = _kept_forward(*shape, nb > 1, 2 * _kept_ahead(shape[0]))
+            forward = _kept_forward(*shape, nb > 1, _kept_slots(shape[0]))
             launch(forward, grid, threads, dev, ns, ms, R, values, *hand_over(grid * M + 1), nb,
                    D, M, float(gamma))  # fmt: skip
         else:
@@ -1697,7 +1697,7 @@ def msm_cuda(
         return values, None, None
     if shape is not None and kept:
         rows, warps_ = shape
-        launch(_kept_backward(rows, warps_, nb > 1, 2 * _kept_ahead(rows)), grid, threads, dev,
+        launch(_kept_backward(rows, warps_, nb > 1, _kept_slots(rows)), grid, threads, dev,
                D, M, ns, ms, R, hand_over(grid * M + 1)[0], nb)  # fmt: skip
         parts = torch.zeros(B * D * (2 * nc * N + nb * nc * warps_ * M), dtype=torch.float64,
                             device=dev)  # fmt: skip
