@@ -38,6 +38,9 @@ calls with ``B N M <= max_cells`` (default :data:`MAX_CELLS`, B = 32 at N = M = 
 MiB kept) are captured, at most :data:`MAX_GRAPHS` graphs are kept, and together they hold at
 most :data:`BUDGET_CELLS` cells; the least recently used is dropped first.
 
+Soft-MSM's calls without per-pair lengths take the same graphs
+(:meth:`sdtw.engine.cuda.CUDABackend.sequence_step`; its gradients copied out at each call).
+
 Not captured (run eagerly, as before): CPU tensors and the simulator, a call while torch's
 current stream is itself being captured (a caller's own ``torch.cuda.graph`` of a whole step
 records the eager kernels instead), and the cost-tensor path (``softdtw_from_cost``: its input
