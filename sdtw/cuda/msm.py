@@ -347,11 +347,12 @@ def _unrolled(row, rows: int, upward: bool):
 
 
 @functools.cache
-def _row_functions(fast: bool, depth: int = 1) -> tuple:
+def _row_functions(fast: bool, depth: int = 1, store: bool = True) -> tuple:
     """The row updates of the wavefront kernels, with the float32 transcendentals (``fast``,
     float32 inputs; ``ig`` is then ``log2(e) / gamma``) or float64 ones; those that work
     ``depth`` columns ahead keep ``depth`` columns of costs (forward) or weights (backward),
-    the step's first."""
+    the step's first.  Without ``store`` the forward's cells are not written to ``R`` (a
+    forward without gradients)."""
     transition = _transition_fast if fast else _transition
     softmin3 = _softmin3_fast if fast else _softmin3
     expo = _exp_scaled if fast else _exp64
@@ -363,7 +364,7 @@ def _row_functions(fast: bool, depth: int = 1) -> tuple:
         v = softmin3(diag + cm, up + cu, left + cl, gamma, ig)
         if not inside:
             v = INF
-        if i < n:
+        if store and i < n:
             R[task, i, j] = v
         return v
 
@@ -604,19 +605,21 @@ def _wavefront(
     fast: bool = False,
     split: bool = False,
     depth: int = 0,
+    store: bool = True,
 ) -> tuple:
     """The (forward, backward) kernels for ``rows`` rows per thread, ``warps`` warps per
     block, float32 transcendentals if ``fast`` (:func:`_row_functions`); with ``split``, a
     task's rows in bands of ``32 warps rows`` rows, a block each (:func:`_bands`); a column's
     costs (forward) and edge weights (backward) computed ``depth`` steps before its cells (0:
-    in the step).  ``R`` kept between them (float64); kept weights have kernels of their own
-    (:func:`_kept_forward`)."""
+    in the step).  ``R`` kept between them (float64; without ``store``, a forward without
+    gradients, not written: any (P, N, M) array will do, even (1, 1, 1)); kept weights have
+    kernels of their own (:func:`_kept_forward`)."""
     T = WARP * warps
     BR = T * rows  # (a band's rows)
     ahead = depth > 0
     A = max(depth, 1)  # (the local arrays' columns)
     (forward_row, backward_row, forward_cell, costs_row, backward_chain, backward_next,
-     first_w) = _row_functions(fast, A)  # fmt: skip
+     first_w) = _row_functions(fast, A, store)  # fmt: skip
     # (ahead: a step's chain first, then its hand-over, then the next column's costs or
     # weights, in that order in the code: a warp issues in order)
     down = _unrolled(forward_cell if ahead else forward_row, rows, False)
@@ -1683,8 +1686,9 @@ def msm_cuda(
             launch(forward, grid, threads, dev, ns, ms, R, values, *hand_over(grid * M + 1), nb,
                    D, M, float(gamma))  # fmt: skip
         else:
-            forward, backward = _wavefront(*shape, fast, nb > 1, depth)
-            R = torch.empty((B * D, N, M), dtype=torch.float64, device=dev)
+            forward, backward = _wavefront(*shape, fast, nb > 1, depth, need)
+            # (a forward without gradients writes no R: a stand-in of one cell)
+            R = torch.empty((B * D, N, M) if need else (1, 1, 1), dtype=torch.float64, device=dev)
             launch(forward, grid, threads, dev, *args, R, values, *hand_over(grid * M + 1), nb)
         values = values.view(B, D).sum(1) if D > 1 else values
     else:
