@@ -39,7 +39,8 @@ MiB kept) are captured, at most :data:`MAX_GRAPHS` graphs are kept, and together
 most :data:`BUDGET_CELLS` cells; the least recently used is dropped first.
 
 Soft-MSM's calls without per-pair lengths take the same graphs
-(:meth:`sdtw.engine.cuda.CUDABackend.sequence_step`; its gradients copied out at each call).
+(:meth:`sdtw.engine.cuda.CUDABackend.sequence_step`): their gradients copied out at each
+call under the graph's lock (``copies``), their memory counted as ``3 B D N M`` cells.
 
 Not captured (run eagerly, as before): CPU tensors and the simulator, a call while torch's
 current stream is itself being captured (a caller's own ``torch.cuda.graph`` of a whole step
@@ -210,10 +211,12 @@ class _Graph:
         self.lock = threading.Lock()
         self.pending = None  # weakref to the last call's Lease
 
-    def run(self, inputs: tuple, stream: int) -> tuple:
+    def run(self, inputs: tuple, stream: int, copies: tuple | None = None) -> tuple:
         """Point the copy-in at the inputs (or copy them into the static inputs, on
         ``stream``, torch's current one, by its raw address), replay, and return the values
-        (cloned) and the gradients (a :class:`Lease`, or a pair of None without gradients)."""
+        (cloned) and the gradients (a :class:`Lease`, or a pair of None without gradients;
+        with ``copies``, a dtype for each, copies in those dtypes made under the graph's
+        lock, so another thread's replay cannot overwrite them first)."""
         L = _launch()
         with self.lock:  # two threads on one stream: copy, replay, clone stay together
             if self.nodes is not None:
@@ -232,7 +235,12 @@ class _Graph:
             self.graph.replay()
             out, gx, gy = self.outs
             grads = (None, None)
-            if gx is not None or gy is not None:
+            if copies is not None:
+                grads = tuple(
+                    None if t is None else t.to(dt, copy=True)
+                    for t, dt in zip((gx, gy), copies, strict=True)
+                )
+            elif gx is not None or gy is not None:
                 grads = Lease((gx, gy))
                 self.pending = weakref.ref(grads)
             res = (out.clone(), grads)
@@ -264,13 +272,12 @@ def _source(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.is_contiguous() else t.detach().contiguous()
 
 
-def _key(inputs: tuple, params: tuple) -> tuple | None:
+def _key(inputs: tuple, params: tuple, cells: int) -> tuple | None:
     """The call's key, or None where it is not captured (see the module docstring)."""
-    x, y = inputs[0], inputs[1]
+    x = inputs[0]
     if not _enabled or not x.is_cuda:
         return None
-    B, N, _ = x.shape
-    if B * N * y.shape[1] > _max_cells or torch.cuda.is_current_stream_capturing():
+    if cells > _max_cells or torch.cuda.is_current_stream_capturing():
         return None
     dev = x.get_device()
     stream = _private.current_stream_ptr(dev)
@@ -282,14 +289,27 @@ def _key(inputs: tuple, params: tuple) -> tuple | None:
     return (shapes, dev, stream, params, modes)
 
 
-def call(inputs: tuple, params: tuple, dtypes: tuple, compute: Compute) -> tuple | None:
+def call(
+    inputs: tuple,
+    params: tuple,
+    dtypes: tuple,
+    compute: Compute,
+    *,
+    cells: int | None = None,
+    copies: tuple | None = None,
+) -> tuple | None:
     """``compute``'s results for ``inputs`` (x, y, and the lengths of a variable-length batch
     or none) from a replayed graph as ``(values, grads)`` (``grads``: a :class:`Lease` of the
-    pair of gradients, or ``(None, None)`` without gradients), or None: run it eagerly.
+    pair of gradients, or ``(None, None)`` without gradients; with ``copies``, a dtype for
+    each gradient, copies of them in those dtypes), or None: run it eagerly.
 
     ``params``: the call's scalars (gamma, band, fused, gradients needed: part of the key);
-    ``dtypes``: the kernels' input dtypes (the static inputs')."""
-    key = _key(inputs, params)
+    ``dtypes``: the kernels' input dtypes (the static inputs'); ``cells``: what the call's
+    memory counts against the limits, in soft-DTW's cells of 8 bytes (None: ``B N M``)."""
+    x, y = inputs[0], inputs[1]
+    if cells is None:
+        cells = x.shape[0] * x.shape[1] * y.shape[1]
+    key = _key(inputs, params, cells)
     if key is None:
         return None
     with _lock:  # (another thread may be dropping it)
@@ -299,7 +319,7 @@ def call(inputs: tuple, params: tuple, dtypes: tuple, compute: Compute) -> tuple
     if g is None:  # capture failed before
         return None
     if g is not False:
-        return g.run(inputs, key[2])
+        return g.run(inputs, key[2], copies)
     n = _seen.get(key, 0) + 1
     if n <= CAPTURE_AFTER:
         if len(_seen) >= 1024:  # one-off shapes: bounded all the same
@@ -308,8 +328,8 @@ def call(inputs: tuple, params: tuple, dtypes: tuple, compute: Compute) -> tuple
         return None
     _seen.pop(key, None)
     with _lock:
-        g = _capture(key, inputs, dtypes, compute)
-    return None if g is None else g.run(inputs, key[2])
+        g = _capture(key, inputs, dtypes, compute, cells)
+    return None if g is None else g.run(inputs, key[2], copies)
 
 
 def _side_stream(dev: int) -> torch.cuda.Stream:
@@ -351,7 +371,9 @@ def _record(side, inputs: tuple, statics: tuple, compute: Compute, copy_in: bool
     return graph, outs, nodes, True
 
 
-def _capture(key: tuple, inputs: tuple, dtypes: tuple, compute: Compute) -> _Graph | None:
+def _capture(
+    key: tuple, inputs: tuple, dtypes: tuple, compute: Compute, cells: int
+) -> _Graph | None:
     """Warm up on a side stream, capture ``compute`` on static copies of x, y, with the
     copy-in as the graph's first nodes where the driver can re-point them (else it stays
     outside the graph, with a warning), keep the graph (dropping the least recently used
@@ -359,8 +381,6 @@ def _capture(key: tuple, inputs: tuple, dtypes: tuple, compute: Compute) -> _Gra
     global _warned, _warned_copy
     launch_counts = _launch().launch_counts
     dev = key[1]
-    x, y = inputs[0], inputs[1]
-    cells = x.shape[0] * x.shape[1] * y.shape[1]
     statics = tuple(
         torch.empty(t.shape, dtype=dt, device=t.device)
         for t, dt in zip(inputs, dtypes, strict=True)

@@ -110,8 +110,9 @@ step's instructions.
 The array is laid out by (task, band, key, edge, row of the strip, thread) with ``key = (j +
 th) mod M`` (:func:`_kept_index`), so that the threads of a step, on columns ``s - th``, touch
 consecutive addresses.  It takes 12 bytes a cell (over the rows of the blocks' strips)
-against ``R``'s 8; the values are within a few 1e-9 (relative) of the float64 reference, the
-gradients as those of ``R`` kept (``overrides(msm_kept=False)``).  The cell passes run in
+against ``R``'s 8.  Every cost is a float32 rounding (the match's difference too), so the
+values are within a few 1e-8 (relative) of the float64 reference, below the float32 output's
+own rounding; the gradients are as those of ``R`` kept (``overrides(msm_kept=False)``).  The cell passes run in
 ``chunks`` of steps (:func:`_chunks`) where the tasks' warps are too few to fill the GPU.
 
 Diagonal kernels (any N; the fallback past ``MAX_N`` rows), simple and slow: one block per task
@@ -941,7 +942,7 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
     edge weights ``exp((R[i, j] - candidate) / gamma)`` (float32, from the softmin's own sum,
     :func:`_softmin3_split_fast`) over its costs.
 
-    A column's costs are copied to shared memory (``slots`` columns, a power of two) by
+    A column's costs are copied to shared memory (``slots`` columns) by
     asynchronous copies ``slots - 1`` steps before its cells (a block barrier waits for loads
     into registers, not for those).  At the end of a step the thread prepares the next
     column's match and left candidates, ``R[i-1, j-1] + (x_i - y_j)^2`` and ``R[i, j-1] +
@@ -954,7 +955,6 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
     T = WARP * warps
     BR = T * rows
     STEP = 3 * BR  # (a key's entries)
-    SMASK = slots - 1
     A = slots - 1  # (steps ahead: a slot is free once its column's candidates are prepared)
     CN, HN = slots * STEP, 2 * T  # (shared arrays' lengths: constants)
     wait_costs = cp_wait_group(A - 1)
@@ -1045,7 +1045,7 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
             for q in range(A):
                 if q < m:
                     at = ((th + q) % Mx) * STEP + th
-                    copies(0, (Cs, ((th + q) & SMASK) * STEP + th, W, at), 0)
+                    copies(0, (Cs, ((th + q) % slots) * STEP + th, W, at), 0)
                 cp_commit()
         if th == 0:  # (column 0 at step 0: R[0, 0] = 0 + (x_0 - y_0)^2 in the top band)
             wait_costs()
@@ -1054,7 +1054,9 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
         hand[T + th] = INF
         key = 0  # (s mod Mx: every thread's key at step s)
         key_a = A % Mx  # ((s + A) mod Mx)
+        sl = 0  # (s mod slots: the step's slot; s + A's is the one before it, s + 1's after)
         for s in range(m + used - 1):
+            nxt = 0 if sl == slots - 1 else sl + 1
             cuda.syncthreads()
             p = s & 1
             j = s - th
@@ -1073,12 +1075,13 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
                 if split:
                     st_if(bnd, row_out + j, as_bits(bot), feeds)
                 if j + A < m:
-                    cs = ((s + A) & SMASK) * STEP + th
+                    cs = (slots - 1 if sl == 0 else sl - 1) * STEP + th
                     copies(0, (Cs, cs, W, key_a * STEP + th), 0)
                 cp_commit()
             if mine and below(j + 1, m):  # (the next column's candidates, before the barrier)
                 wait_costs()  # (column j + 1's copies; those of the next A - 1 may fly)
-                prep(0, (Cs, ((s + 1) & SMASK) * STEP + th, Rs, Ca, Cu, Cc), up)
+                prep(0, (Cs, nxt * STEP + th, Rs, Ca, Cu, Cc), up)
+            sl = nxt
             key = key + 1
             key = 0 if key == Mx else key
             key_a = key_a + 1
@@ -1104,7 +1107,6 @@ def _kept_backward(rows: int, warps: int, split: bool, slots: int):
     T = WARP * warps
     BR = T * rows
     STEP = 3 * BR
-    SMASK = slots - 1
     A = slots - 1  # (steps ahead: a slot is free once its column's weights are read)
     CN, HN = slots * STEP, 2 * T  # (shared arrays' lengths: constants)
     wait_weights = cp_wait_group(A - 1)
@@ -1188,14 +1190,16 @@ def _kept_backward(rows: int, warps: int, split: bool, slots: int):
             for q in range(A):
                 if q < m:
                     at = ((m - 1 - q + th) % Mx) * STEP + th
-                    loads(0, (W, at, Ws, ((last - th + q) & SMASK) * STEP + th), 0)
+                    loads(0, (W, at, Ws, ((last - th + q) % slots) * STEP + th), 0)
                 cp_commit()
         if th == last:  # (its first column at step 0)
             wait_weights()
             reads(0, (Ws, th, Wr), 0)
         key_a = (key + Mx - A % Mx) % Mx  # (the key of column j - A)
         match_top = 0.0  # the top row's match push of the step before (into the same cell)
+        sl = 0  # (s mod slots: the step's slot; s + A's is the one before it, s + 1's after)
         for s in range(m + last):
+            nxt = 0 if sl == slots - 1 else sl + 1
             cuda.syncthreads()
             p = s & 1
             if fed and (s & (WARP - 1)) == 0 and s < m:
@@ -1215,11 +1219,13 @@ def _kept_backward(rows: int, warps: int, split: bool, slots: int):
                 if split:  # (columns right to left: index m - 1 - j)
                     st_if(bnd_g, row_out + (m - 1 - j), as_bits(send), feeds)
                 if j >= A:
-                    loads(0, (W, key_a * STEP + th, Ws, ((s + A) & SMASK) * STEP + th), 0)
+                    ws = (slots - 1 if sl == 0 else sl - 1) * STEP + th
+                    loads(0, (W, key_a * STEP + th, Ws, ws), 0)
                 cp_commit()
             if mine and below(j - 1, m):  # (the next column's weights, before the barrier)
                 wait_weights()  # (column j - 1's copies; those of the next A - 1 may fly)
-                reads(0, (Ws, ((s + 1) & SMASK) * STEP + th, Wr), 0)
+                reads(0, (Ws, nxt * STEP + th, Wr), 0)
+            sl = nxt
             key = Mx - 1 if key == 0 else key - 1
             key_a = Mx - 1 if key_a == 0 else key_a - 1
 
@@ -1352,15 +1358,16 @@ def _kept_gradients(rows: int, warps: int):
 def _kept_slots(rows: int) -> int:
     """Columns of costs (:func:`_kept_forward`) or weights (:func:`_kept_backward`) in a
     block's shared memory, copied ``slots - 1`` steps before their cells: 4 up to 4 rows a
-    thread, else 2 (shared memory: :func:`_kept_fits`)."""
-    return 4 if rows <= 4 else 2
+    thread, else 3 (shared memory: :func:`_kept_fits`; with 2, a copy would be waited for
+    in the step that issued it)."""
+    return 4 if rows <= 4 else 3
 
 
 def _kept_fits(rows: int, warps: int) -> bool:
     """Whether the kept kernels' shared memory (:func:`_kept_slots` columns of a band's
     three values a cell, float32, and the hand-over) fits a block's 48 KB of static shared
-    memory: not for 16 rows x 4 warps (2048 rows a block) nor 4 rows x 8 warps; those keep
-    ``R``."""
+    memory: not for 2048 rows a block (16 rows x 4 warps, 8 x 8) nor 4 rows x 8 warps; those
+    keep ``R``."""
     T = WARP * warps
     return _kept_slots(rows) * 3 * T * rows * 4 + 2 * T * 8 + WARP * 8 <= 48 * 1024
 
@@ -1620,7 +1627,9 @@ def msm_cuda(
     and weights ``ahead`` steps before its cells (0 to :func:`_depth`'s; None: the override's,
     at most the rule's, else the rule's); beyond, the diagonal kernels (float64).  Float32
     inputs with ``need`` keep the forward's edge weights (``kept``; None: the override's, else
-    where :func:`_kept_fits` and the GPU has ``cp.async``; 12 bytes a cell, float32, against
+    where :func:`_kept_fits`, the GPU has ``cp.async`` and a band's part of the array has
+    fewer than 2^32 entries (M below about 1.4 million at 1024 rows a block); 12 bytes a
+    cell, float32, against
     ``R``'s 8) for a backward of ``G`` alone and a gradients pass over the cells in
     ``chunks`` of steps (None: :func:`_chunks`'s rule)."""
     fast = x.dtype == torch.float32
@@ -1664,14 +1673,19 @@ def msm_cuda(
             if forced.msm_ahead < 0:
                 raise ValueError(f"sdtw: msm_ahead must be >= 0, got {forced.msm_ahead}")
             depth = min(forced.msm_ahead, depth)
+        # (the kernels' offsets within a band's part of the kept array are 32-bit)
+        short = M * 3 * WARP * shape[1] * shape[0] < 2**32
         if kept is None:  # (the override: where the rule allows, as the rule)
             kept = (fast and need and forced.msm_kept is not False and _kept_fits(*shape)
-                    and _async_copies(dev))  # fmt: skip
+                    and short and _async_copies(dev))  # fmt: skip
         if kept and not fast:
             raise ValueError("sdtw: kept weights are float32: float32 inputs only")
         if kept and not _kept_fits(*shape):
             raise ValueError(f"sdtw: kept weights take more than 48 KB of shared memory a "
                              f"block for {shape[0]} rows x {shape[1]} warps")  # fmt: skip
+        if kept and not short:
+            raise ValueError(f"sdtw: kept weights need M * 3 * {WARP * shape[1] * shape[0]} "
+                             f"< 2**32 (32-bit offsets), got M = {M}")  # fmt: skip
         threads = WARP * shape[1]
         steps = M + WARP - 1  # (the cells' passes: a warp's steps)
         nc = _chunks(steps, grid, shape[1], sms) if chunks is None else chunks

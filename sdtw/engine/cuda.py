@@ -210,7 +210,8 @@ class CUDABackend(Backend):
         the same call (no per-pair lengths) has run eagerly twice (:mod:`sdtw.cuda._graphs`,
         as soft-DTW's calls; ``sdtw.cuda.set_graphs(False)`` turns it off): the kernels'
         launches and torch's small ops cost host time that a small step waits for.  The
-        gradients are copied out of the graph's buffers (into the inputs' dtypes)."""
+        gradients are copied out of the graph's buffers (into the inputs' dtypes) under the
+        graph's lock."""
         if pairs.x_lengths is not None:
             return self.sequence_value_and_grads(plan, x, y, pairs, need_x, need_y)
         from sdtw.cuda import _graphs
@@ -218,15 +219,16 @@ class CUDABackend(Backend):
         def compute(xk, yk):
             return self._msm(plan, xk, yk, pairs, need_x, need_y)
 
-        c = plan.recurrence.param("c")
-        params = (plan.recurrence.name, c, plan.gamma, plan.bandwidth, need_x, need_y)
-        done = _graphs.call((x, y), params, (x.dtype, y.dtype), compute)
+        rec = plan.recurrence
+        params = (rec.name, rec.params, plan.gamma, plan.bandwidth, need_x, need_y)
+        # (memory: a table per channel, 12 bytes a cell over rows rounded up to the blocks'
+        # strips (at most twice N), in soft-DTW's cells of 8 bytes)
+        cells = 3 * x.shape[0] * x.shape[2] * x.shape[1] * y.shape[1]
+        dtypes = (x.dtype, y.dtype)
+        done = _graphs.call((x, y), params, dtypes, compute, cells=cells, copies=dtypes)
         if done is None:
             return self.sequence_value_and_grads(plan, x, y, pairs, need_x, need_y)
-        values, lease = done
-        gx, gy = (None, None) if isinstance(lease, tuple) else lease.grads
-        gx = gx.to(x.dtype, copy=True) if need_x else None
-        gy = gy.to(y.dtype, copy=True) if need_y else None
+        values, (gx, gy) = done
         return values.to(x.dtype), gx, gy
 
     def _msm(self, plan, x, y, pairs: Pairs, need_x, need_y) -> tuple:
