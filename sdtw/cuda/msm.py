@@ -111,9 +111,10 @@ The array is laid out by (task, band, key, edge, row of the strip, thread) with 
 th) mod M`` (:func:`_kept_index`), so that the threads of a step, on columns ``s - th``, touch
 consecutive addresses.  It takes 12 bytes a cell (over the rows of the blocks' strips)
 against ``R``'s 8.  Every cost is a float32 rounding (the match's difference too), so the
-values are within a few 1e-8 (relative) of the float64 reference, below the float32 output's
-own rounding; the gradients are as those of ``R`` kept (``overrides(msm_kept=False)``).  The cell passes run in
-``chunks`` of steps (:func:`_chunks`) where the tasks' warps are too few to fill the GPU.
+values are within a few 1e-8 (relative) of the float64 reference, below the float32
+output's own rounding; the gradients are as those of ``R`` kept
+(``overrides(msm_kept=False)``).  The cell passes run in ``chunks`` of steps
+(:func:`_chunks`) where the tasks' warps are too few to fill the GPU.
 
 Diagonal kernels (any N; the fallback past ``MAX_N`` rows), simple and slow: one block per task
 sweeps its table by anti-diagonals (the cells of ``i + j = k`` depend only on diagonals
