@@ -232,10 +232,8 @@ _MSM_CASES = {
 def test_gpu_library_graph_soft_msm(rng, lib_graphs, case):
     """Soft-MSM takes the library's graphs as soft-DTW does: the third call of a shape is
     captured, later ones replay it; on fresh inputs, values and gradients (an upstream
-    gradient per pair) are the eager ones, each replay counts the kernels it ran (float32
-    with gradients: costs, forward, backward, gradients; float64: forward, backward; no
-    gradients: the forward), and two replayed calls before one backward keep their own
-    gradients (they are copied out of the graph)."""
+    gradient per pair) are the eager ones, and two replayed calls before one backward keep
+    their own gradients (they are copied out of the graph)."""
     opts = dict(_MSM_CASES[case])
     dt = opts.pop("dtype", torch.float32)
     gx_on, gy_on = opts.pop("grad_x", True), opts.pop("grad_y", True)
@@ -254,18 +252,13 @@ def test_gpu_library_graph_soft_msm(rng, lib_graphs, case):
         return (v.detach(), *grads)
 
     keys = 3 if opts.get("normalize") else 1
-    per_call = (4 if dt == torch.float32 else 2) if (gx_on or gy_on) else 1
     for k in range(5):
         x, y = inputs()
-        n0 = sum(sdtw.cuda.launch_counts().values())
         got = run(x, y)
-        launched = sum(sdtw.cuda.launch_counts().values()) - n0
         with lib_graphs.eager():
             expected = run(x, y)
         torch.cuda.synchronize()
         assert lib_graphs.graph_count() == (keys if k >= 2 else 0)
-        if k >= 3:
-            assert launched == per_call * keys
         for a, b in zip(got, expected, strict=True):
             assert a.dtype == b.dtype and a.shape == b.shape
             assert torch.equal(a, b) or rel_err(a, b) <= 1e-6, (case, k, rel_err(a, b))

@@ -85,10 +85,11 @@ shared memory fits, :func:`_kept_fits`, on GPUs with ``cp.async``; ``kept``): th
 above spends most of a step on the later columns' weights and costs' partial derivatives,
 work that does not depend on the step before but sits in the steps of a chain.  So:
 
-* a pass over every cell in parallel (:func:`_kept_costs`) writes its three edge costs
-  (float32: the match's as ``x_i - y_j``, the up and left edges' as the forward's own
-  function computes them; +inf outside the band) where the weights will go;
-* the forward (:func:`_kept_forward`) copies them to shared memory steps ahead and stores
+* a pass over every cell in parallel (:func:`_kept_costs`) writes its up and left edge
+  costs (float32, as the forward's own function computes them) and 0 for the match (+inf in
+  all three outside the band) where the weights will go;
+* the forward (:func:`_kept_forward`) copies them and ``y_j`` to shared memory steps ahead
+  (the match's cost from ``x_i - y_j`` in float64, ``x`` in registers) and stores
   each cell's three edge weights ``exp((R[i, j] - candidate) / gamma)`` (float32; from the
   softmin's own sum, :func:`_softmin3_split_fast`) over them;
 * the backward (:func:`_kept_backward`) is ``G``'s wavefront alone, the same hand-overs as
@@ -110,10 +111,10 @@ step's instructions.
 The array is laid out by (task, band, key, edge, row of the strip, thread) with ``key = (j +
 th) mod M`` (:func:`_kept_index`), so that the threads of a step, on columns ``s - th``, touch
 consecutive addresses.  It takes 12 bytes a cell (over the rows of the blocks' strips)
-against ``R``'s 8.  Every cost is a float32 rounding (the match's difference too), so the
-values are within a few 1e-8 (relative) of the float64 reference, below the float32
-output's own rounding; the gradients are as those of ``R`` kept
-(``overrides(msm_kept=False)``).  The cell passes run in ``chunks`` of steps
+against ``R``'s 8; the values are within a few 1e-9 (relative) of the float64 reference (the
+match's difference is taken in float64 in the forward, as with ``R`` kept: rounded to
+float32 in the costs pass it cost small gammas their accuracy), the gradients as those of
+``R`` kept (``overrides(msm_kept=False)``).  The cell passes run in ``chunks`` of steps
 (:func:`_chunks`) where the tasks' warps are too few to fill the GPU.
 
 Diagonal kernels (any N; the fallback past ``MAX_N`` rows), simple and slow: one block per task
@@ -142,6 +143,7 @@ from sdtw.cuda.kernels.primitives import (
     band_view,
     below,
     cp_async,
+    cp_async8,
     cp_commit,
     cp_wait_group,
     exp2,
@@ -874,12 +876,11 @@ def _kept_index(task, band, bands, Mx, j, th, e, k, rows, T):
 
 @functools.cache
 def _kept_costs(rows: int, warps: int):
-    """Every cell's three edge costs into the kept array's slots of its weights, float32: the
-    match's as ``x_i - y_j`` (its square, past float32's range for samples of 1e20, is the
-    forward's), the up and left edges' as :func:`_transition_fast` computes them; +inf
-    outside the band and on the strips' rows past ``n`` (so the forward needs neither x, y
-    nor a test a cell): a block per (task, band, chunk of steps), mapped as
-    :func:`_kept_gradients`."""
+    """Every cell's up and left edge costs into the kept array's slots of their weights
+    (float32, as :func:`_transition_fast` computes them) and 0 into the match's (the forward
+    adds it to its float64 match candidate); +inf in all three outside the band and on the
+    strips' rows past ``n`` (so the forward tests no cell): a block per (task, band, chunk
+    of steps), mapped as :func:`_kept_gradients`."""
     T = WARP * warps
     BR = T * rows
     R1 = rows + 1
@@ -891,7 +892,7 @@ def _kept_costs(rows: int, warps: int):
         i = i0 + k
         cm = cu = cl = inf32
         if i < n and -lo <= j - i and j - i <= hi:
-            cm = narrow(xv[k + 1] - yj)
+            cm = float32(0.0)
             cu = narrow(_transition_fast(xv[k + 1], xv[k], yj, c, gamma, ig)[0])
             cl = narrow(_transition_fast(yj, yp, xv[k + 1], c, gamma, ig)[0])
         o = at + k * T
@@ -949,28 +950,30 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
     column's match and left candidates, ``R[i-1, j-1] + (x_i - y_j)^2`` and ``R[i, j-1] +
     C_left`` (each operand known then: the row above's value came with this step's
     hand-over), so that after the next barrier only the up candidate and the soft minimum
-    wait for the hand-over.  A step reads no x or y and tests no cell (a cell outside the
-    band has +inf costs: its value +inf, its weights 0); its offsets are 32-bit (``u32``,
-    from the band's own view of the array), since a step's integer work, issued in order by
-    one warp, had outweighed its arithmetic."""
+    wait for the hand-over.  ``x_i`` sits in registers and ``y_j`` comes with the costs (by
+    a copy of its own), so the match's difference is float64; a step tests no cell (a cell
+    outside the band has +inf costs: its value +inf, its weights 0); its offsets are 32-bit
+    (``u32``, from the band's own view of the array), since a step's integer work, issued in
+    order by one warp, had outweighed its arithmetic."""
     T = WARP * warps
     BR = T * rows
     STEP = 3 * BR  # (a key's entries)
     A = slots - 1  # (steps ahead: a slot is free once its column's candidates are prepared)
-    CN, HN = slots * STEP, 2 * T  # (shared arrays' lengths: constants)
+    CN, HN, YN = slots * STEP, 2 * T, slots * T  # (shared arrays' lengths: constants)
     wait_costs = cp_wait_group(A - 1)
 
     @device
     def prep_row(k, args, diag):
         """Row ``k``'s next column: its up cost and its match and left candidates from the
-        shared costs at ``cs``; ``diag``: the row above's value at this column.  Returns the
-        row's own (the next row's ``diag``)."""
-        Cs, cs, Rs, Ca, Cu, Cc = args
+        shared costs at ``cs`` and ``y_j`` (``yj``; the match's difference in float64, as the
+        reference's); ``diag``: the row above's value at this column.  Returns the row's own
+        (the next row's ``diag``)."""
+        Cs, cs, Rs, Ca, Cu, Cc, Xs, yj = args
         o = cs + k * T
-        dm = float64(Cs[u32(o)])  # (x_i - y_j)
+        dm = Xs[k] - yj
         Cu[k] = float64(Cs[u32(o + BR)])
         left = Rs[k]
-        Ca[k] = diag + dm * dm
+        Ca[k] = (diag + dm * dm) + float64(Cs[u32(o)])  # (+0, or +inf outside the band)
         Cc[k] = left + float64(Cs[u32(o + 2 * BR)])
         return left
 
@@ -1010,13 +1013,13 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
     copies = _unrolled(copy_row, rows, False)
 
     @kernel
-    def forward(ns, ms, Wt, values, bnd, bands, D, Mx, gamma):
+    def forward(x, yf, ns, ms, Wt, values, bnd, bands, D, Mx, gamma):
         th = cuda.threadIdx.x
         if split:  # (bands in ticket order: a band only waits for the one above, started first)
             band, task = _band_task(bnd, cuda.shared.array(1, int64), bands, False)
         else:
             band, task = 0, cuda.blockIdx.x
-        b = task // D
+        b, d = task // D, task % D
         n, m = ns[b], ms[b]
         top = band * BR
         if top >= n:
@@ -1027,6 +1030,11 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
         used = min((n - top + rows - 1) // rows, T)  # threads with rows
         hand = cuda.shared.array(HN, float64)  # each thread's bottom row, by step parity
         Cs = cuda.shared.array(CN, float32)  # the next columns' costs
+        Ys = cuda.shared.array(YN, float64)  # their y_j, a slot per thread
+        Xs = cuda.local.array(rows, float64)  # the strip's x_i
+        for k in range(rows):
+            Xs[k] = x[b, min(i0 + k, n - 1), d]
+        Y = band_view(yf, (b * Mx) * D + d)  # (y_j at j D)
         grp = cuda.shared.array(WARP, float64)  # the row above the band, a group of columns
         Rs = cuda.local.array(rows, float64)  # the strip's column j - 1, then j
         Ca = cuda.local.array(rows, float64)  # the next column's match candidates
@@ -1047,10 +1055,12 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
                 if q < m:
                     at = ((th + q) % Mx) * STEP + th
                     copies(0, (Cs, ((th + q) % slots) * STEP + th, W, at), 0)
+                    cp_async8(Ys, u32(((th + q) % slots) * T + th), Y, u32(q * D))
                 cp_commit()
         if th == 0:  # (column 0 at step 0: R[0, 0] = 0 + (x_0 - y_0)^2 in the top band)
             wait_costs()
-            prep(0, (Cs, 0, Rs, Ca, Cu, Cc), 0.0 if band == 0 else INF)
+            yj = Ys[u32(th)]
+            prep(0, (Cs, 0, Rs, Ca, Cu, Cc, Xs, yj), 0.0 if band == 0 else INF)
         hand[th] = INF
         hand[T + th] = INF
         key = 0  # (s mod Mx: every thread's key at step s)
@@ -1076,12 +1086,14 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
                 if split:
                     st_if(bnd, row_out + j, as_bits(bot), feeds)
                 if j + A < m:
-                    cs = (slots - 1 if sl == 0 else sl - 1) * STEP + th
-                    copies(0, (Cs, cs, W, key_a * STEP + th), 0)
+                    pv = slots - 1 if sl == 0 else sl - 1
+                    copies(0, (Cs, pv * STEP + th, W, key_a * STEP + th), 0)
+                    cp_async8(Ys, u32(pv * T + th), Y, u32((j + A) * D))
                 cp_commit()
             if mine and below(j + 1, m):  # (the next column's candidates, before the barrier)
                 wait_costs()  # (column j + 1's copies; those of the next A - 1 may fly)
-                prep(0, (Cs, nxt * STEP + th, Rs, Ca, Cu, Cc), up)
+                yj = Ys[u32(nxt * T + th)]
+                prep(0, (Cs, nxt * STEP + th, Rs, Ca, Cu, Cc, Xs, yj), up)
             sl = nxt
             key = key + 1
             key = 0 if key == Mx else key
@@ -1356,21 +1368,27 @@ def _kept_gradients(rows: int, warps: int):
     return gradients
 
 
-def _kept_slots(rows: int) -> int:
+def _kept_smem(rows: int, warps: int, slots: int) -> int:
+    """:func:`_kept_forward`'s static shared memory in bytes (the backward's is less):
+    ``slots`` columns of a band's costs (float32, three a cell) and of its threads' ``y_j``
+    (float64), the hand-over by step parity and a group of the band above's row."""
+    T = WARP * warps
+    return slots * 3 * T * rows * 4 + slots * T * 8 + 2 * T * 8 + WARP * 8
+
+
+def _kept_slots(rows: int, warps: int) -> int:
     """Columns of costs (:func:`_kept_forward`) or weights (:func:`_kept_backward`) in a
     block's shared memory, copied ``slots - 1`` steps before their cells: 4 up to 4 rows a
-    thread, else 3 (shared memory: :func:`_kept_fits`; with 2, a copy would be waited for
-    in the step that issued it)."""
-    return 4 if rows <= 4 else 3
+    thread where they fit 48 KB, else 3 (with 2, a copy would be waited for in the step that
+    issued it)."""
+    return 4 if rows <= 4 and _kept_smem(rows, warps, 4) <= 48 * 1024 else 3
 
 
 def _kept_fits(rows: int, warps: int) -> bool:
-    """Whether the kept kernels' shared memory (:func:`_kept_slots` columns of a band's
-    three values a cell, float32, and the hand-over) fits a block's 48 KB of static shared
-    memory: not for 2048 rows a block (16 rows x 4 warps, 8 x 8) nor 4 rows x 8 warps; those
-    keep ``R``."""
-    T = WARP * warps
-    return _kept_slots(rows) * 3 * T * rows * 4 + 2 * T * 8 + WARP * 8 <= 48 * 1024
+    """Whether the kept kernels' shared memory (:func:`_kept_smem`) fits a block's 48 KB of
+    static shared memory: not for 2048 rows a block (16 rows x 4 warps, 8 x 8); those keep
+    ``R``."""
+    return _kept_smem(rows, warps, _kept_slots(rows, warps)) <= 48 * 1024
 
 
 def _async_copies(device: torch.device) -> bool:
@@ -1697,9 +1715,9 @@ def msm_cuda(
         if kept:  # (every cell that the kernels read is written first)
             R = torch.empty(grid * M * 3 * threads * shape[0], dtype=torch.float32, device=dev)
             launch(_kept_costs(*shape), grid * nc, threads, dev, *args, R, nb, nc, span)
-            forward = _kept_forward(*shape, nb > 1, _kept_slots(shape[0]))
-            launch(forward, grid, threads, dev, ns, ms, R, values, *hand_over(grid * M + 1), nb,
-                   D, M, float(gamma))  # fmt: skip
+            forward = _kept_forward(*shape, nb > 1, _kept_slots(*shape))
+            launch(forward, grid, threads, dev, a, b.view(-1), ns, ms, R, values,
+                   *hand_over(grid * M + 1), nb, D, M, float(gamma))  # fmt: skip
         else:
             forward, backward = _wavefront(*shape, fast, nb > 1, depth, need)
             # (a forward without gradients writes no R: a stand-in of one cell)
@@ -1716,7 +1734,7 @@ def msm_cuda(
         return values, None, None
     if shape is not None and kept:
         rows, warps_ = shape
-        launch(_kept_backward(rows, warps_, nb > 1, _kept_slots(rows)), grid, threads, dev,
+        launch(_kept_backward(rows, warps_, nb > 1, _kept_slots(rows, warps_)), grid, threads, dev,
                D, M, ns, ms, R, hand_over(grid * M + 1)[0], nb)  # fmt: skip
         parts = torch.zeros(B * D * (2 * nc * N + nb * nc * warps_ * M), dtype=torch.float64,
                             device=dev)  # fmt: skip

@@ -135,6 +135,7 @@ if SIMULATED:
     free_arrive = free_wait = _twin.bar_free
     ready_arrive = ready_wait = _twin.bar_ready
     tf32, cp_async, cp_async4 = _twin.tf32, _twin.cp_async, _twin.cp_async4
+    cp_async8 = _twin.cp_async  # (one float64 element)
     cp_wait, red2 = _twin.cp_wait, _twin.red2
     cp_commit, cp_wait_group = _twin.cp_commit, _twin.cp_wait_group
     fmma = device(_twin.fmma)
@@ -177,6 +178,7 @@ else:
     dmma = _ptx.dmma()
     tmma = _ptx.mma(tf32=True)
     cp_async, cp_async4 = _ptx.cp_async(4), _ptx.cp_async(16)
+    cp_async8 = _ptx.cp_async(8)  # (one float64 element)
     cp_wait, red2 = _ptx.cp_wait(), _ptx.red2()
     cp_commit, cp_wait_group = _ptx.cp_commit(), _ptx.cp_wait_group
     fmma = device(_fmma_gpu)
