@@ -938,6 +938,24 @@ def _kept_costs(rows: int, warps: int):
 
 
 @functools.cache
+def _kept_copies(rows: int, warps: int):
+    """``copies(0, (S, s, W, w), carry)``: a strip's three values a row (of :func:`_kept_index`'s
+    layout, from offset ``w`` of the band's view ``W``) copied to the shared ``S`` at ``s``
+    by asynchronous copies, for :func:`_kept_forward` and :func:`_kept_backward`."""
+    T = WARP * warps
+    BR = T * rows
+
+    @device
+    def copy_row(k, args, carry):
+        S, so, W, at = args
+        for e in range(3):
+            cp_async(S, u32(so + e * BR + k * T), W, u32(at + e * BR + k * T))
+        return carry
+
+    return _unrolled(copy_row, rows, False)
+
+
+@functools.cache
 def _kept_forward(rows: int, warps: int, split: bool, slots: int):
     """The forward of the kept weights: :func:`_wavefront`'s forward (bands, hand-overs and
     columns as there) on the costs of :func:`_kept_costs`' pass, storing each cell's three
@@ -1000,17 +1018,10 @@ def _kept_forward(rows: int, warps: int, split: bool, slots: int):
         W[u32(o + 2 * BR)] = wl
         return carry
 
-    @device
-    def copy_row(k, args, carry):
-        Cs, cs, W, at = args
-        for e in range(3):
-            cp_async(Cs, u32(cs + e * BR + k * T), W, u32(at + e * BR + k * T))
-        return carry
-
     prep = _unrolled(prep_row, rows, False)
     down = _unrolled(cell_row, rows, False)
     stores = _unrolled(store_row, rows, False)
-    copies = _unrolled(copy_row, rows, False)
+    copies = _kept_copies(rows, warps)
 
     @kernel
     def forward(x, yf, ns, ms, Wt, values, bnd, bands, D, Mx, gamma):
@@ -1125,13 +1136,6 @@ def _kept_backward(rows: int, warps: int, split: bool, slots: int):
     wait_weights = cp_wait_group(A - 1)
 
     @device
-    def load_row(k, args, carry):
-        W, at, Ws, ws = args
-        for e in range(3):
-            cp_async(Ws, u32(ws + e * BR + k * T), W, u32(at + e * BR + k * T))
-        return carry
-
-    @device
     def read_row(k, args, carry):
         """Row ``k``'s weights of the next column, from the shared ``Ws`` at ``ws``."""
         Ws, ws, Wr = args
@@ -1162,7 +1166,7 @@ def _kept_backward(rows: int, warps: int, split: bool, slots: int):
         W[u32(o + 2 * BR)] = Ob[2, k]
         return carry
 
-    loads = _unrolled(load_row, rows, False)
+    loads = _kept_copies(rows, warps)
     reads = _unrolled(read_row, rows, False)
     chain = _unrolled(chain_row, rows, True)
     out = _unrolled(out_row, rows, False)
@@ -1203,7 +1207,7 @@ def _kept_backward(rows: int, warps: int, split: bool, slots: int):
             for q in range(A):
                 if q < m:
                     at = ((m - 1 - q + th) % Mx) * STEP + th
-                    loads(0, (W, at, Ws, ((last - th + q) % slots) * STEP + th), 0)
+                    loads(0, (Ws, ((last - th + q) % slots) * STEP + th, W, at), 0)
                 cp_commit()
         if th == last:  # (its first column at step 0)
             wait_weights()
@@ -1233,7 +1237,7 @@ def _kept_backward(rows: int, warps: int, split: bool, slots: int):
                     st_if(bnd_g, row_out + (m - 1 - j), as_bits(send), feeds)
                 if j >= A:
                     ws = (slots - 1 if sl == 0 else sl - 1) * STEP + th
-                    loads(0, (W, key_a * STEP + th, Ws, ws), 0)
+                    loads(0, (Ws, ws, W, key_a * STEP + th), 0)
                 cp_commit()
             if mine and below(j - 1, m):  # (the next column's weights, before the barrier)
                 wait_weights()  # (column j - 1's copies; those of the next A - 1 may fly)
