@@ -72,7 +72,8 @@ def signature(spec) -> str:
     if isinstance(spec, ForwardSpec):
         f = "f4" if spec.fast else "f8"
         x = f"{f}[:, :, ::1]" if spec.mode == FUSED else f"{f}[::1]"
-        y = f"{f}[::1]" if spec.mode == TILED else f"{f}[:, :, ::1]"
+        flat_y = spec.mode == TILED or spec.recurrence != "soft-dtw"  # (Soft-MSM's costs)
+        y = f"{f}[::1]" if flat_y else f"{f}[:, :, ::1]"
         return f"{x}, {y}, i8, i8, i8, f8, i8, i8, {f}[::1], i8[::1], {f}[::1], b1"
     if isinstance(spec, RecomputeSpec):
         f = "f4" if spec.fast else "f8"

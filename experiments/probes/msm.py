@@ -4,18 +4,19 @@ For B pairs of N = M samples (D = 1, gamma = 1, c = 1, float32 inputs or ``--flo
 wall time of a forward-only call and of a forward + backward step (``soft_msm(x, y).sum()
 .backward()``, synchronised; median of ``--repeats`` per round, ``--rounds`` rounds
 alternating the variants) and torch.profiler's GPU time per kernel in a step, for Soft-MSM
-by the rules (a task's rows as bands on blocks of their own where the tasks leave SMs idle;
-float32 inputs: the forward keeps its edge weights for the backward), Soft-MSM with ``R``
-kept instead and the weights recomputed in the backward
-(``sdtw.cuda.config.overrides(msm_kept=False)``), as one block a task
-(``overrides(msm_bands=1)``), in bands of 32 and of 64 rows (a block of one warp, of two),
-and ``sdtw.softdtw`` (every one with the library's CUDA graphs on, as by default).  The
+by the rules (float32 inputs with gradients: on soft-DTW's band kernels,
+``sdtw.cuda.msm_seam``), on its own kernels (``sdtw.cuda.config.overrides(msm_seam=False)``:
+a task's rows as bands on blocks of their own where the tasks leave SMs idle, the forward
+keeping its edge weights for the backward), with ``--all`` also those with ``R`` kept and
+the weights recomputed in the backward (``overrides(msm_kept=False)``), as one block a task
+(``overrides(msm_bands=1)``) and in bands of 32 and of 64 rows, and ``sdtw.softdtw`` (every
+one with the library's CUDA graphs on, as by default).  The
 difference between a step's wall time and its kernels' GPU time is host work that the GPU
 waited for.
 
 Usage::
 
-    python -m experiments.probes.msm [N ...] [--batch 32] [--float64] [--rounds 3]
+    python -m experiments.probes.msm [N ...] [--batch 32] [--float64] [--rounds 3] [--all]
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--float64", action="store_true", help="float64 inputs")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (default: 3)")
     p.add_argument("--repeats", type=int, default=7, help="timings per round (default: 7)")
+    p.add_argument("--all", action="store_true", help="also the Soft-MSM kernels' variants")
     args = p.parse_args(argv)
     if (code := probes.no_gpu("msm")) is not None:
         return code
@@ -66,11 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{torch.cuda.get_device_name()}; B = {args.batch}, D = 1, {str(dtype)[6:]}")
     for N in args.sizes:
         variants = {"Soft-MSM, the rules": ("msm", {}),
-                    "Soft-MSM, R kept (weights recomputed)": ("msm", {"msm_kept": False}),
-                    "Soft-MSM, one block a task": ("msm", {"msm_bands": 1})}  # fmt: skip
-        for rows in (32, 64):  # (bands of one warp, of two: fewer barriers' warps, more bands)
-            if N > rows:
-                variants[f"Soft-MSM, bands of {rows} rows"] = ("msm", {"msm_bands": -(-N // rows)})
+                    "Soft-MSM, its own kernels": ("msm", {"msm_seam": False})}  # fmt: skip
+        if args.all:
+            variants["Soft-MSM, R kept (weights recomputed)"] = ("msm", {"msm_kept": False})
+            variants["Soft-MSM, one block a task"] = ("msm", {"msm_bands": 1})
+            for rows in (32, 64):  # (bands of one warp, of two)
+                if N > rows:
+                    variants[f"Soft-MSM, bands of {rows} rows"] = (
+                        "msm", {"msm_bands": -(-N // rows)})  # fmt: skip
         variants["soft-DTW"] = ("dtw", {})
         steps = _steps(args.batch, N, dtype)
         for grad, label in ((False, "forward"), (True, "forward + backward")):

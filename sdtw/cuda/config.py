@@ -115,6 +115,9 @@ class Overrides:
         registers hold); 0: in the step.
     msm_kept : whether Soft-MSM's float32 forward keeps its edge weights for the backward
         (``sdtw.cuda.msm.msm_cuda``'s ``kept``; False: ``R`` kept, the weights recomputed).
+    msm_seam : whether Soft-MSM's float32 step with gradients runs on soft-DTW's band kernels
+        (:mod:`sdtw.cuda.msm_seam`; where its pairs have the table's lengths); False: the
+        Soft-MSM kernels of :mod:`sdtw.cuda.msm`.
     """
 
     mover: bool | None = None
@@ -127,6 +130,7 @@ class Overrides:
     msm_bands: int | None = None
     msm_ahead: int | None = None
     msm_kept: bool | None = None
+    msm_seam: bool | None = None
 
     @property
     def forced(self) -> bool:

@@ -79,6 +79,8 @@ from sdtw.cuda.kernels.primitives import (
     free_arrive,
     free_wait,
     from_prev_lane,
+    hi_word,
+    lo_word,
     pack_f32,
     poll,
     ready_arrive,
@@ -111,6 +113,7 @@ def _cells(spec: ForwardSpec):
     ckpt = spec.ckpt
     rec = RECURRENCES[spec.recurrence]
     softmin3 = rec.cell_fast if spec.fast else rec.cell
+    msm = rec.costs == 3  # (the transition costs staged in ``cst``: see the recurrence)
     blk_t, w_t, packed = _block_types(spec)
 
     @device
@@ -122,31 +125,43 @@ def _cells(spec: ForwardSpec):
         return unpack_f32(v) if packed else v
 
     @device
-    def step(blk, wup, rowb, pb, tid, s, sl, top, st, lead, width, pub, scale, xch):
+    def step(sh, rowb, pb, tid, s, sl, top, st, lead, width, pub, scale, xch):
         """One anti-diagonal step of one lane: column ``s - tid`` of its row (at ``rowb`` in
         the flat blocks), ring slot ``sl``.
 
         ``st`` = (r_diag, r_left, up_next): R of the diagonal and left neighbours and what the
         lane above shuffled down last step; ``top`` is the row above the band at this column
-        (lane 0's upper neighbour).  Branch-free: invalid cells select +inf and zero weights.
-        ``pub``: this lane publishes its R for the band below (the band's last row), through
+        (lane 0's upper neighbour).  ``sh``: the shared ``(blk, wup, cst)``; Soft-MSM's ``cst``
+        holds the cell's up and left costs (the high and low words of a float64 slot), ``blk``
+        its match cost.  Branch-free: invalid cells select +inf and zero weights.  ``pub``:
+        this lane publishes its R for the band below (the band's last row), through
         ``pb`` = (shared ring, boundary buffer, its row, the lane's lag ``plag``, M); with
         ``ckpt``, its R at the checkpoint columns (``j = M - 1 - 32 (c + 1)``, the left edge
         of the backward's position chunk ``c``) to ``pb[5] + 32 c``.
         """
+        blk, wup, cst = sh
         r_diag, r_left, up_next = st
         if fused:
             cost = blk[rowb + sl]  # already scaled
         else:
             cost = float64(blk[rowb + sl]) * scale
+        if msm:  # (the candidates shifted by the up cost, which takes the cost's place)
+            w = cst[rowb + sl]
+            cu = float64(hi_word(w)) * scale
+            rd = r_diag + (cost - cu)
+            rl = r_left + (float64(lo_word(w)) * scale - cu)
+            cost = cu
+        else:
+            rd = r_diag
+            rl = r_left
         # Off the chain, while the upper value travels: r_left is this lane's value of the
         # step before, r_diag its upper value then (so min(r_diag, BIG) is older still, and
         # mm2 = min(m2, BIG) is one comparison after r_left, alongside m2's).
-        m2 = min2(r_diag, r_left)
-        mm2 = min2(min2(r_diag, BIG), r_left)
+        m2 = min2(rd, rl)
+        mm2 = min2(min2(rd, BIG), rl)
         up = top if tid == 0 else up_next
         ok = below(s - lead, width)
-        r, pd, pu = softmin3(r_diag, r_left, m2, mm2, up, cost, ok)  # (inf, 0, 0) where not ok
+        r, pd, pu = softmin3(rd, rl, m2, mm2, up, cost, ok)  # (inf, 0, 0) where not ok
         if not fused:
             # (The fused mode runs without ``store`` only: its weights would be dead stores,
             # and without them the compiler drops their arithmetic too, the reciprocal
@@ -166,21 +181,21 @@ def _cells(spec: ForwardSpec):
         return up, r, from_prev_lane(r, xch, s & 1)
 
     @device
-    def group(blk, wup, rowb, pb, tid, s0, grp, st, lead, width, pub, scale, xch):
+    def group(sh, rowb, pb, tid, s0, grp, st, lead, width, pub, scale, xch):
         """The G (= 8) steps of one group, unrolled by hand: constant slot offsets from the
         lane's row ``rowb``, and the row above read into registers up front, off the steps'
         dependency chain."""
         sb = ring(s0)  # s0 a multiple of G: the group's slots are sb .. sb + G - 1
         t0, t1, t2, t3 = grp[0], grp[1], grp[2], grp[3]
         t4, t5, t6, t7 = grp[4], grp[5], grp[6], grp[7]
-        st = step(blk, wup, rowb, pb, tid, s0, sb, t0, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, rowb, pb, tid, s0 + 1, sb + 1, t1, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, rowb, pb, tid, s0 + 2, sb + 2, t2, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, rowb, pb, tid, s0 + 3, sb + 3, t3, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, rowb, pb, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, rowb, pb, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
-        st = step(blk, wup, rowb, pb, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
-        return step(blk, wup, rowb, pb, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
+        st = step(sh, rowb, pb, tid, s0, sb, t0, st, lead, width, pub, scale, xch)
+        st = step(sh, rowb, pb, tid, s0 + 1, sb + 1, t1, st, lead, width, pub, scale, xch)
+        st = step(sh, rowb, pb, tid, s0 + 2, sb + 2, t2, st, lead, width, pub, scale, xch)
+        st = step(sh, rowb, pb, tid, s0 + 3, sb + 3, t3, st, lead, width, pub, scale, xch)
+        st = step(sh, rowb, pb, tid, s0 + 4, sb + 4, t4, st, lead, width, pub, scale, xch)
+        st = step(sh, rowb, pb, tid, s0 + 5, sb + 5, t5, st, lead, width, pub, scale, xch)
+        st = step(sh, rowb, pb, tid, s0 + 6, sb + 6, t6, st, lead, width, pub, scale, xch)
+        return step(sh, rowb, pb, tid, s0 + 7, sb + 7, t7, st, lead, width, pub, scale, xch)
 
     return group, get_pd
 
@@ -233,17 +248,29 @@ def _writes(get_pd):
 def _items(spec: ForwardSpec, write8):
     """The mover's items: ``(load8, item, titem, write_rest)``."""
     hilo = spec.mode == HILO
+    msm = RECURRENCES[spec.recurrence].costs == 3
 
     @device
-    def load8(Xb, Xlo, jn, Mu, nr1, r0):
+    def load8(src, jn, Mu, nr1, r0):
         """The mover's loads of one item: rows ``r0 .. r0 + 7`` (clamped to ``nr1``) of
-        column ``jn`` of the source (the two words' planes when ``hilo``)."""
+        column ``jn`` of the source ``src = (Xb, Xlo, Qu, Ql)`` (the two words' planes when
+        ``hilo``; Soft-MSM's up and left costs too, else copies of the first)."""
+        Xb, Xlo, Qu, Ql = src
         hi = ld8(Xb, jn, Mu, nr1, r0)
         lo = ld8(Xlo, jn, Mu, nr1, r0) if hilo else hi
-        return hi, lo
+        qu = ld8(Qu, jn, Mu, nr1, r0) if msm else hi
+        ql = ld8(Ql, jn, Mu, nr1, r0) if msm else hi
+        return hi, lo, qu, ql
 
     @device
-    def item(w0, w1, blk, wup, Xb, Xlo, h, cc, r0, Ml, M, Mu, nr1, v, store):
+    def stage8(blk, cst, v, r0, base):
+        """Store :func:`load8`'s values of rows ``r0 ..`` of column ``base`` in the ring."""
+        st8(blk, 0, join8(v[0], v[1]) if hilo else v[0], r0, base, 1)
+        if msm:
+            st8(cst, 0, join8(v[2], v[3]), r0, base, 1)
+
+    @device
+    def item(w0, w1, blk, wup, cst, src, h, cc, r0, Ml, M, Mu, nr1, v, store):
         """The mover's item (see the module docstring): row group ``r0 .. r0 + 7`` of column
         chunk ``cc``.  ``v`` holds its costs (from :func:`load8`, two items ago); returns the
         loads of the item two on, so that their latency spans two groups of steps.  ``Ml``:
@@ -253,13 +280,12 @@ def _items(spec: ForwardSpec, write8):
         jp = (cc - 2) * TW + h
         if store and cc >= 2 and jp < Ml and r0 <= nr1:
             write8(w0, w1, blk, wup, jp, M, nr1, r0)
-        hi, lo = v
-        st8(blk, 0, join8(hi, lo) if hilo else hi, r0, cc * TW + h, 1)
+        stage8(blk, cst, v, r0, cc * TW + h)
         if r0 >= 2 * G:
             cn, rn = cc + 1, r0 - 2 * G
         else:
             cn, rn = cc, r0 + 2 * G
-        v = load8(Xb, Xlo, uint32(min(cn * TW + h, Ml - 1)), Mu, nr1, rn)
+        v = load8(src, uint32(min(cn * TW + h, Ml - 1)), Mu, nr1, rn)
         bar_mover()
         return v
 
@@ -285,31 +311,29 @@ def _items(spec: ForwardSpec, write8):
                     if 4 * cw + q + 5 >= 4 * nchunks and q * G <= nr1:
                         write8(w0, w1, blk, wup, jp, M, nr1, q * G)
 
-    return load8, item, titem, write_rest
+    return load8, stage8, item, titem, write_rest
 
 
-def _mover(spec: ForwardSpec, load8, item, write_rest):
+def _mover(spec: ForwardSpec, load8, stage8, item, write_rest):
     """The mover warp of mode ``hilo`` (mode ``tiled``'s is written into the kernel, where it
     compiles to the same code as before it had a function of its own)."""
-    hilo = spec.mode == HILO
 
     @device
-    def mover(w0, w1, blk, wup, Xb, Xlo, h, Ml, M, Mu, nr1, nchunks, store):
+    def mover(w0, w1, blk, wup, cst, src, h, Ml, M, Mu, nr1, nchunks, store):
         """The mover (warp 1): column chunk 0's first three row groups now, the loads of
         items 0 and 1 in flight; then one item per group, a barrier after each (as many as
         the steps' warp: one after the staging, one per group)."""
         jn = uint32(min(h, Ml - 1))
         for q in range(3):
-            hi, lo = load8(Xb, Xlo, jn, Mu, nr1, q * G)
-            st8(blk, 0, join8(hi, lo) if hilo else hi, q * G, h, 1)
-        v = load8(Xb, Xlo, jn, Mu, nr1, 3 * G)
-        v1 = load8(Xb, Xlo, uint32(min(TW + h, Ml - 1)), Mu, nr1, 0)
+            stage8(blk, cst, load8(src, jn, Mu, nr1, q * G), q * G, h)
+        v = load8(src, jn, Mu, nr1, 3 * G)
+        v1 = load8(src, uint32(min(TW + h, Ml - 1)), Mu, nr1, 0)
         bar_mover()
         for c in range(nchunks):
-            v = item(w0, w1, blk, wup, Xb, Xlo, h, c, 3 * G, Ml, M, Mu, nr1, v, store)
-            v1 = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, 0, Ml, M, Mu, nr1, v1, store)
-            v = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, G, Ml, M, Mu, nr1, v, store)
-            v1 = item(w0, w1, blk, wup, Xb, Xlo, h, c + 1, 2 * G, Ml, M, Mu, nr1, v1, store)
+            v = item(w0, w1, blk, wup, cst, src, h, c, 3 * G, Ml, M, Mu, nr1, v, store)
+            v1 = item(w0, w1, blk, wup, cst, src, h, c + 1, 0, Ml, M, Mu, nr1, v1, store)
+            v = item(w0, w1, blk, wup, cst, src, h, c + 1, G, Ml, M, Mu, nr1, v, store)
+            v1 = item(w0, w1, blk, wup, cst, src, h, c + 1, 2 * G, Ml, M, Mu, nr1, v1, store)
         if store:
             write_rest(w0, w1, blk, wup, h, Ml, M, nr1, nchunks)
 
@@ -325,15 +349,17 @@ def build(spec: ForwardSpec):
     group, get_pd = _cells(spec)
     write8, write_w = _writes(get_pd)
     products, tile_acc = dist.build(tiled)
-    load8, item, titem, write_rest = _items(spec, write8)
-    move = _mover(spec, load8, item, write_rest)
+    load8, stage8, item, titem, write_rest = _items(spec, write8)
+    move = _mover(spec, load8, stage8, item, write_rest)
+    msm = RECURRENCES[spec.recurrence].costs == 3
 
     @kernel
     def forward(X, Y, N, M, D, gamma, lo, hi, P, Rb, out, store):
         """One block per (band, pair).
 
         cost: X = cost (B, N, M) flat, Y unused.  fused: X (B, N, D), Y (B, M, D).  tiled:
-        X, Y the same, flat.  split, hilo: X = P holding the distances, flat, Y unused.
+        X, Y the same, flat.  split, hilo: X = P holding the distances, flat, Y unused;
+        Soft-MSM (hilo): Y (B, 2, N, M) flat, its up and left costs (float32).
         P (B, 2, N, M) weights, flat (written iff ``store``), Rb int64 boundary rows
         (B, nb, M + 1) flattened, plus one element, the ticket counter (float64 bits /
         counter, all pre-filled with ``SENTINEL``), out (B,) loss (any float dtype).
@@ -393,6 +419,11 @@ def build(spec: ForwardSpec):
             wup = cuda.shared.array(1, w_t)
         else:
             wup = cuda.shared.array(PO1, w_t)  # p_up
+        if msm:  # Soft-MSM's up and left costs (the high and low words of a float64 slot)
+            cst = cuda.shared.array(PO1, float64)
+        else:
+            cst = cuda.shared.array(1, float64)  # (never read)
+        sh = (blk, wup, cst)
         rowb = uint32(tid * RING1)  # this lane's row
         grp = cuda.shared.array(G, float64)
         pubs = cuda.shared.array(PUBS, float64)  # the band's last row (+ spare slots)
@@ -438,6 +469,12 @@ def build(spec: ForwardSpec):
         elif not fused:
             Xb = band_view(X, (b * N + i0) * M)  # the band's rows of the cost
             Xlo = Xb
+        if msm:  # Y (B, 2, N, M) flat: the up costs (plane 0) and the left costs (plane 1)
+            Qu = band_view(Y, row0)
+            Ql = band_view(Y, row0 + N * M)
+        elif not fused:
+            Qu = Xb  # (never read)
+            Ql = Xb
         if mover and tx >= 2 * TB:
             if tiled:
                 # The distance warp: chunk 0, then chunk c + 1 during chunk c, a meeting with
@@ -477,7 +514,7 @@ def build(spec: ForwardSpec):
                 write_rest(w0, w1, blk, wup, h, Mb, M, nr1, nchunks)
             return
         if mover and tx >= TB:
-            move(w0, w1, blk, wup, Xb, Xlo, tid, Mb, M, Mu, nr1, nchunks, store)
+            move(w0, w1, blk, wup, cst, (Xb, Xlo, Qu, Ql), tid, Mb, M, Mu, nr1, nchunks, store)
             return
         if fused:
             xx = 0.0
@@ -520,6 +557,8 @@ def build(spec: ForwardSpec):
                 a2 = ld32(Xlo, jn, Mu, nr1)
             else:
                 a2 = a
+            q1 = ld32(Qu, jn, Mu, nr1) if msm else a
+            q2 = ld32(Ql, jn, Mu, nr1) if msm else a
         if mover:
             bar_steps()  # the mover's first staging
         for c in range(nchunks):
@@ -537,28 +576,33 @@ def build(spec: ForwardSpec):
                     st32(blk, 0, join32(a, a2), jl, 1)
                 else:
                     st32(blk, 0, a, jl, 1)
+                if msm:
+                    st32(cst, 0, join32(q1, q2), jl, 1)
                 jn = uint32(min(jl + TW, Mb - 1))
                 a = ld32(Xb, jn, Mu, nr1)
                 if hilo:
                     a2 = ld32(Xlo, jn, Mu, nr1)
+                if msm:
+                    q1 = ld32(Qu, jn, Mu, nr1)
+                    q2 = ld32(Ql, jn, Mu, nr1)
             if not mover:
                 sync_band()
             # TW // G = 4 groups, unrolled (see handoff: no branch, no loop around it); with
             # a mover, a barrier after each (see item)
             pref = handoff(Rb, above, j0, Mb, pref, grp, INF, has)
-            st = group(blk, wup, rowb, pb, tid, j0, grp, st, lead, width, pub, scale, xch)
+            st = group(sh, rowb, pb, tid, j0, grp, st, lead, width, pub, scale, xch)
             if mover:
                 bar_steps()
             pref = handoff(Rb, above, j0 + G, Mb, pref, grp, INF, has)
-            st = group(blk, wup, rowb, pb, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
+            st = group(sh, rowb, pb, tid, j0 + G, grp, st, lead, width, pub, scale, xch)
             if mover:
                 bar_steps()
             pref = handoff(Rb, above, j0 + 2 * G, Mb, pref, grp, INF, has)
-            st = group(blk, wup, rowb, pb, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
+            st = group(sh, rowb, pb, tid, j0 + 2 * G, grp, st, lead, width, pub, scale, xch)
             if mover:
                 bar_steps()
             pref = handoff(Rb, above, j0 + 3 * G, Mb, pref, grp, INF, has)
-            st = group(blk, wup, rowb, pb, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
+            st = group(sh, rowb, pb, tid, j0 + 3 * G, grp, st, lead, width, pub, scale, xch)
             if mover:
                 bar_steps()
                 continue

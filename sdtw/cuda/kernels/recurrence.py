@@ -134,11 +134,23 @@ class Recurrence:
     name: str
     cell: object
     cell_fast: object
+    #: Costs a cell stages: 1 (the same for all three transitions) or 3 (match, up, left).
+    costs: int = 1
 
 
 #: Soft-DTW (Cuturi and Blondel, 2017): one cost per cell, the same for all three transitions.
 SOFT_DTW = Recurrence("soft-dtw", softmin3, softmin3_fast)
 
+#: Soft-MSM (Holder and Bagnall, 2026): a match cost ``(x_i - y_j)^2`` on the diagonal and the
+#: transition costs ``C(x_i, x_{i-1}, y_j)`` (up) and ``C(y_j, y_{j-1}, x_i)`` (left), staged
+#: by the forward of mode ``hilo`` (the match as the two words of its float64, the transition
+#: costs float32, from :mod:`sdtw.cuda.msm_seam`'s costs pass).  Its cell is soft-DTW's with
+#: the transition cost ``cu`` as the cost and the other two candidates shifted by it:
+#: ``softmin(r_diag + c_match, up + cu, r_left + c_left) = cu + softmin(r_diag + c_match - cu,
+#: up, r_left + c_left - cu)``, the shifts formed off the step's chain (float64: their
+#: rounding is R's ulp).
+SOFT_MSM = Recurrence("soft-msm", softmin3, softmin3_fast, costs=3)
+
 #: The recurrences by name (:data:`sdtw.cuda.kernels.specs.RECURRENCES` lists the names).
-RECURRENCES = {SOFT_DTW.name: SOFT_DTW}
+RECURRENCES = {SOFT_DTW.name: SOFT_DTW, SOFT_MSM.name: SOFT_MSM}
 assert tuple(RECURRENCES) == specs.RECURRENCES

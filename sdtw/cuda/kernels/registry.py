@@ -153,6 +153,9 @@ def production_specs() -> list[Spec]:
         ForwardSpec(TILED, True, mover=True),  # a GPU's fused float32 forward without
         ForwardSpec(FUSED, True),  # the simulator's
         ForwardSpec(FUSED, False),
+        # Soft-MSM's float32 forward with gradients (sdtw.cuda.msm_seam): a GPU's, the simulator's
+        ForwardSpec(HILO, True, mover=True, recurrence="soft-msm"),
+        ForwardSpec(HILO, True, recurrence="soft-msm"),
     ]
     backward = [BackwardSpec(fast, mover) for fast in (True, False) for mover in (True, False)]
     backward += [BackwardSpec(True, True, grads=nt) for nt in SWEEP_TILES]

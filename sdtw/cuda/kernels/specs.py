@@ -15,7 +15,7 @@ from sdtw.cuda.kernels.geometry import SWEEP_TILES
 COST, FUSED, SPLIT, HILO, TILED = "cost", "fused", "split", "hilo", "tiled"
 MODES = (COST, FUSED, SPLIT, HILO, TILED)
 #: The recurrences a spec may name (their cell updates: :mod:`sdtw.cuda.kernels.recurrence`).
-RECURRENCES = ("soft-dtw",)
+RECURRENCES = ("soft-dtw", "soft-msm")
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,8 @@ class ForwardSpec:
     fast : float32 weights and float32 transcendentals (float32 inputs); float64 otherwise.
     mover : a mover warp per band stages the costs and writes the weights out (modes
         ``hilo`` and ``tiled``; ``tiled`` always has one).
-    recurrence : the cell update (:data:`sdtw.cuda.kernels.recurrence.RECURRENCES`).
+    recurrence : the cell update (:data:`sdtw.cuda.kernels.recurrence.RECURRENCES`);
+        ``"soft-msm"`` in mode ``hilo`` only (its transition costs staged from ``Y``).
     lengths : per-pair lengths (variable-length batches; see the kernel's docstring).
     ckpt : also write the column checkpoints of the checkpointed mode (with ``lengths``,
         modes ``cost`` and ``fused``; see :mod:`sdtw.cuda.kernels.recompute`).
@@ -47,6 +48,7 @@ class ForwardSpec:
             and (self.fast or self.mode not in (HILO, TILED))
             and (self.mover == (self.mode == TILED) or self.mode == HILO)
             and (not self.ckpt or (self.lengths and self.mode in (COST, FUSED)))
+            and (self.recurrence == "soft-dtw" or self.mode == HILO)  # (three staged costs)
         )
         if not ok:
             raise ValueError(f"no forward kernel for {self}")
@@ -55,7 +57,8 @@ class ForwardSpec:
     def label(self) -> str:
         dtype = "f32" if self.fast else "f64"
         extra = ("-mover" if self.mover else "") + ("-lengths" if self.lengths else "")
-        return f"forward-{self.mode}-{dtype}{extra}" + ("-ckpt" if self.ckpt else "")
+        rec = "" if self.recurrence == "soft-dtw" else f"-{self.recurrence}"
+        return f"forward-{self.mode}-{dtype}{rec}{extra}" + ("-ckpt" if self.ckpt else "")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,199 @@
+"""Soft-MSM on soft-DTW's band kernels: the float32 step with gradients.
+
+Soft-MSM's recurrence is a soft minimum of three candidates, each a neighbour's ``R`` plus the
+cost of the edge from it (``sdtw.msm_reference``)::
+
+    R[i, j] = softmin(R[i-1, j-1] + (x_i - y_j)^2,  R[i-1, j] + C(x_i, x_{i-1}, y_j),
+                      R[i, j-1] + C(y_j, y_{j-1}, x_i))
+
+so once every cell's three costs are known the forward is soft-DTW's wavefront with three
+costs a cell instead of one, and the backward, the expected alignment ``E`` from the stored
+soft-min weights, is soft-DTW's unchanged (:mod:`sdtw.cuda.kernels.backward`: it never sees a
+cost).  A step here is four launches:
+
+1. the costs pass (:func:`_costs`): every cell's match cost ``(x_i - y_j)^2`` in float64 as
+   the two 32-bit words of its bits in ``P``'s planes (low word in plane 0, high in plane 1,
+   where soft-DTW's park kernel puts its distances) and its up and left transition costs
+   (float32, from the float32 transcendentals of :func:`sdtw.cuda.msm._transition_fast`) in
+   ``Q`` (T, 2, N, M);
+2. soft-DTW's forward of mode ``hilo`` with the ``"soft-msm"`` recurrence
+   (:data:`sdtw.cuda.kernels.recurrence.SOFT_MSM`): bands of 32 rows a warp, hand-overs by
+   shuffles, a mover warp staging the three costs and writing the weights ``(p_diag, p_up)``
+   over ``P``;
+3. soft-DTW's backward: ``E`` over ``P``'s plane 1, after ``p_up`` is copied to ``Q``'s plane 0
+   (the gradients need all three weights);
+4. the gradients pass (:func:`_gradients`): each edge's occupancy ``E p`` times its cost's
+   partial derivatives; a warp per (task, band of 32 rows, chunk of columns), a lane a row,
+   the lanes skewed by a column so that a column's sum runs down the lanes by shuffles;
+   parts that torch sums (no atomics: the same bits on every run).
+
+Tasks are (pair, channel): channels are independent and their values summed.  The path takes
+float32 inputs whose pairs all have the table's lengths (one band for all); per-pair lengths,
+float64 inputs and steps without gradients keep :mod:`sdtw.cuda.msm`'s kernels.  ``P`` and
+``Q`` take 16 bytes a cell.
+"""
+
+from __future__ import annotations
+
+import torch
+from numba import cuda, float64
+
+from sdtw.cuda import _launch, policy
+from sdtw.cuda import kernels as K
+from sdtw.cuda._private import flat
+from sdtw.cuda.kernels.jit import SIMULATED, kernel
+from sdtw.cuda.kernels.primitives import from_prev_lane, hi_word, lo_word, narrow
+from sdtw.cuda.msm import LOG2E, _transition_fast
+
+__all__ = ["msm_seam"]
+
+#: Columns a warp of the gradients pass takes (a chunk): its lanes idle for 31 of its
+#: ``CW + 31`` steps (the skew).
+CW = 128
+WARP = 32
+
+
+@kernel
+def _costs(xs, ys, c, gamma, P, Q):
+    """Every cell's costs: ``xs`` (T, N), ``ys`` (T, M) float64; ``P``, ``Q`` (T, 2, N, M)
+    float32, flat (see the module docstring).  A block a row (of a task), its threads along
+    the row (coalesced)."""
+    N = xs.shape[1]
+    M = ys.shape[1]
+    NM = N * M
+    row = cuda.blockIdx.x
+    t = row // N
+    i = row - t * N
+    ig2 = LOG2E / gamma
+    xi = xs[t, i]
+    xp = xs[t, max(i - 1, 0)]
+    base = 2 * t * NM + i * M
+    zero = narrow(0.0)
+    for j in range(cuda.threadIdx.x, M, cuda.blockDim.x):
+        yj = ys[t, j]
+        d = xi - yj
+        dist = d * d
+        P[base + j] = lo_word(dist)
+        P[base + NM + j] = hi_word(dist)
+        # (no up edge in row 0, no left edge in column 0: their weights are 0; any finite cost)
+        cu = zero
+        if i > 0:
+            cu = narrow(_transition_fast(xi, xp, yj, c, gamma, ig2)[0])
+        cl = zero
+        if j > 0:
+            cl = narrow(_transition_fast(yj, ys[t, j - 1], xi, c, gamma, ig2)[0])
+        Q[base + j] = cu
+        Q[base + NM + j] = cl
+
+
+@kernel
+def _gradients(xs, ys, c, gamma, P, Q, gxa, gxb, gya, gyb, chunks):
+    """The gradients' parts from ``E`` (``P``'s plane 1) and the weights ``p_diag`` (``P``'s
+    plane 0) and ``p_up`` (``Q``'s plane 0): a block of one warp per (task, band of 32 rows,
+    chunk of ``CW`` columns), lane ``l`` on row ``32 band + l`` and, at step ``s``, column
+    ``s - l``.  Into ``gxa[t, chunk, i]`` what x_i gets from cell (i, j)'s edges, into
+    ``gxb[t, chunk, i]`` what x_{i-1} gets from its up edges; into ``gya[t, band, j]`` and
+    ``gyb[t, band, j]`` the same for y_j and y_{j-1} (a column's sum over the band's rows)."""
+    lane = cuda.threadIdx.x
+    blk = cuda.blockIdx.x
+    N = xs.shape[1]
+    M = ys.shape[1]
+    nb = (N + WARP - 1) // WARP
+    ch = blk % chunks
+    band = (blk // chunks) % nb
+    t = blk // (chunks * nb)
+    i = band * WARP + lane
+    row = i < N
+    ii = min(i, N - 1)
+    xi = xs[t, ii]
+    xp = xs[t, max(ii - 1, 0)]
+    ig2 = LOG2E / gamma
+    NM = N * M
+    base = 2 * t * NM + ii * M
+    c0 = ch * CW
+    c1 = min(c0 + CW, M)
+    xch = cuda.shared.array((2, WARP), float64)  # (the simulator's shuffles)
+    xch2 = cuda.shared.array((2, WARP), float64)
+    gx_own = 0.0
+    gx_up = 0.0
+    run_a = 0.0  # column s - lane's sums over the lanes above and this one
+    run_b = 0.0
+    for s in range(c0, c1 + WARP - 1):
+        j = s - lane
+        ca = 0.0
+        cb = 0.0
+        if row and c0 <= j and j < c1:
+            e = float64(P[base + NM + j])
+            if e != 0.0:
+                pd = float64(P[base + j])
+                pu = float64(Q[base + j])
+                o_m = e * pd
+                o_u = e * pu
+                o_l = e * (1.0 - pd - pu)
+                yj = ys[t, j]
+                yp = ys[t, max(j - 1, 0)]
+                g_m = o_m * 2.0 * (xi - yj)
+                _, d_v, d_p, d_o = _transition_fast(xi, xp, yj, c, gamma, ig2)
+                _, e_v, e_p, e_o = _transition_fast(yj, yp, xi, c, gamma, ig2)
+                gx_own += g_m + o_u * d_v + o_l * e_o
+                gx_up += o_u * d_p
+                ca = o_u * d_o + o_l * e_v - g_m
+                cb = o_l * e_p
+        p = s & 1
+        in_a = from_prev_lane(run_a, xch, p)  # (the lane above's, for column s - lane)
+        in_b = from_prev_lane(run_b, xch2, p)
+        run_a = (in_a if lane > 0 else 0.0) + ca
+        run_b = (in_b if lane > 0 else 0.0) + cb
+        jd = s - (WARP - 1)
+        if lane == WARP - 1 and c0 <= jd and jd < c1:  # (column jd: the band's sum)
+            gya[t, band, jd] = run_a
+            gyb[t, band, jd] = run_b
+    if row:
+        gxa[t, ch, i] = gx_own
+        gxb[t, ch, i] = gx_up
+
+
+def msm_seam(
+    a: torch.Tensor, b: torch.Tensor, c: float, gamma: float, lo: int, hi: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Values (B,) and gradients wrt ``a`` (B, N, D) and ``b`` (B, M, D) (float64, upstream
+    gradient 1) of Soft-MSM with stiffness ``c`` and smoothing ``gamma``, every pair's table
+    N x M, the band ``-lo <= j - i <= hi``; float32 transcendentals and weights, as the
+    float32 inputs ``a``, ``b`` (given as float64 values) ask."""
+    B, N, D = a.shape
+    M = b.shape[1]
+    T = B * D
+    dev = a.device
+    xs = a.permute(0, 2, 1).reshape(T, N).contiguous()  # (task b D + d: row t)
+    ys = b.permute(0, 2, 1).reshape(T, M).contiguous()
+    P = _launch._weights(T, N, M, torch.float32, dev)  # (the seeds after it)
+    Q = torch.empty((T, 2, N, M), dtype=torch.float32, device=dev)
+    threads = 128 if M > 64 else 32
+    _launch.launch(_costs, T * N, threads, dev, xs, ys, float(c), float(gamma), flat(P), flat(Q))
+    nb = -(-N // K.TB)
+    fwd_hand, bwd_hand = _launch._boundary(T, nb, M, dev, 2)
+    out = torch.empty(T, dtype=torch.float64, device=dev)
+    mover = policy.forward_mover(K.HILO, SIMULATED)
+    none = _launch._placeholder((2,), torch.float32, dev)  # (the weights go through X)
+    _launch._launcher(K.ForwardSpec, K.HILO, True, mover, "soft-msm")(
+        T * nb, K.threads(mover), _launch._stream(dev), flat(P), flat(Q), N, M, 0,
+        float(gamma), int(lo), int(hi), none, fwd_hand, out, True,
+    )  # fmt: skip
+    _launch.launch_counts["forward"] += 1
+    _launch._finite_values(fwd_hand, T, N, M, None, _launch._seeds(P))
+    Q[:, 0].copy_(P[:, 1])  # p_up, before E goes over it
+    _launch.backward(P, None, Gb=bwd_hand)
+    chunks = -(-M // CW)
+    parts = torch.zeros(2 * T * (chunks * N + nb * M), dtype=torch.float64, device=dev)
+    gx_parts, gy_parts = parts.split([2 * T * chunks * N, 2 * T * nb * M])
+    gxa, gxb = gx_parts.view(2, T, chunks, N)
+    gya, gyb = gy_parts.view(2, T, nb, M)
+    _launch.launch(_gradients, T * nb * chunks, WARP, dev, xs, ys, float(c), float(gamma),
+                   flat(P), flat(Q), gxa, gxb, gya, gyb, chunks)  # fmt: skip
+    gx = gxa.sum(1)
+    gx[:, :-1] += gxb.sum(1)[:, 1:]  # (x_{i-1}'s part from row i's up edges)
+    gy = gya.sum(1)
+    gy[:, :-1] += gyb.sum(1)[:, 1:]
+    values = out.view(B, D).sum(1) if D > 1 else out
+    gx = gx.view(B, D, N).transpose(1, 2).contiguous()
+    return values, gx, gy.view(B, D, M).transpose(1, 2).contiguous()
