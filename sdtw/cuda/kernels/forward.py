@@ -148,20 +148,27 @@ def _cells(spec: ForwardSpec):
         if msm:  # (the candidates shifted by the up cost, which takes the cost's place)
             w = cst[rowb + sl]
             cu = float64(hi_word(w)) * scale
+            # An up cost past float32's range (+inf) closes the up edge: no shift then, and
+            # an infinite upper value (one select on the chain, as lane 0's top).
+            has_up = cu < INF
+            cu = cu if has_up else 0.0
             rd = r_diag + (cost - cu)
             rl = r_left + (float64(lo_word(w)) * scale - cu)
             cost = cu
-        else:
+            alt = top if has_up else INF
+            up_c = up_next if (tid != 0) & has_up else alt
+        up = top if tid == 0 else up_next  # (the next step's diagonal)
+        if not msm:
             rd = r_diag
             rl = r_left
+            up_c = up
         # Off the chain, while the upper value travels: r_left is this lane's value of the
         # step before, r_diag its upper value then (so min(r_diag, BIG) is older still, and
         # mm2 = min(m2, BIG) is one comparison after r_left, alongside m2's).
         m2 = min2(rd, rl)
         mm2 = min2(min2(rd, BIG), rl)
-        up = top if tid == 0 else up_next
         ok = below(s - lead, width)
-        r, pd, pu = softmin3(rd, rl, m2, mm2, up, cost, ok)  # (inf, 0, 0) where not ok
+        r, pd, pu = softmin3(rd, rl, m2, mm2, up_c, cost, ok)  # (inf, 0, 0) where not ok
         if not fused:
             # (The fused mode runs without ``store`` only: its weights would be dead stores,
             # and without them the compiler drops their arithmetic too, the reciprocal
