@@ -1,8 +1,8 @@
 """Soft-MSM's float32 step on soft-DTW's band kernels (:mod:`sdtw.cuda.msm_seam`) in Numba's
 simulator against the float64 reference: N != M, odd sizes, length 1, sizes past a band's 32
-rows, a chunk's 32 staged columns and the gradients pass's 128 columns, a band, several
-channels, gamma down to 1e-3, an upstream gradient other than ones; and the rule that picks
-the path."""
+rows, a chunk's 32 staged columns and the gradients pass's 128 columns, a band, per-pair
+lengths (with a band, and a radius clipped to a short pair's table), several channels, gamma
+down to 1e-3, an upstream gradient other than ones; and the rule that picks the path."""
 
 from __future__ import annotations
 
@@ -15,32 +15,37 @@ from sdtw.band import band_offsets, pair_offsets
 from sdtw.cpu import _tables
 from sdtw.cuda import msm_seam
 from sdtw.cuda.config import overrides
-from sdtw.cuda.msm import _uniform, msm_cuda
+from sdtw.cuda.msm import _seam_band, msm_cuda
 from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
 from tests.conftest import requires_sim
 
 C = 0.7
 
-#: (B, N, M, D, bandwidth, gamma)
+#: (B, N, M, D, bandwidth, gamma, lengths)
 CASES = [
-    (2, 5, 4, 1, None, 0.3),
-    (1, 33, 37, 2, None, 0.3),  # a second band, a second chunk, two channels
-    (1, 1, 3, 1, None, 1.0),  # one row
-    (2, 3, 1, 1, None, 1.0),  # one column
-    (1, 40, 70, 1, 5, 0.3),  # a band
-    (1, 9, 131, 1, None, 0.1),  # past the gradients pass's chunk of 128 columns
-    (2, 20, 13, 1, None, 1e-3),
+    (2, 5, 4, 1, None, 0.3, None),
+    (1, 33, 37, 2, None, 0.3, None),  # a second band, a second chunk, two channels
+    (1, 1, 3, 1, None, 1.0, None),  # one row
+    (2, 3, 1, 1, None, 1.0, None),  # one column
+    (1, 40, 70, 1, 5, 0.3, None),  # a band
+    (1, 9, 131, 1, None, 0.1, None),  # past the gradients pass's chunk of 128 columns
+    (2, 20, 13, 1, None, 1e-3, None),
+    (3, 35, 12, 2, None, 0.3, ([35, 17, 1], [12, 3, 5])),  # per-pair lengths
+    (3, 35, 12, 1, 2, 0.3, ([35, 17, 1], [12, 3, 5])),  # and a band (clipped for the third)
 ]
 
 
-def reference(x, y, bandwidth, gamma):
+def reference(x, y, bandwidth, gamma, lengths):
     a, b_ = x.double().numpy(), y.double().numpy()
     values, gx, gy = [], np.zeros(a.shape), np.zeros(b_.shape)
     for b in range(a.shape[0]):
-        v, Rs = soft_msm_forward(a[b : b + 1], b_[b : b + 1], gamma, bandwidth, c=C)
-        ex, ey = soft_msm_backward(a[b : b + 1], b_[b : b + 1], Rs, gamma, bandwidth, c=C)
+        n = a.shape[1] if lengths is None else lengths[0][b]
+        m = b_.shape[1] if lengths is None else lengths[1][b]
+        p, q = a[b : b + 1, :n], b_[b : b + 1, :m]
+        v, Rs = soft_msm_forward(p, q, gamma, bandwidth, c=C)
+        ex, ey = soft_msm_backward(p, q, Rs, gamma, bandwidth, c=C)
         values.append(v[0])
-        gx[b], gy[b] = ex[0], ey[0]
+        gx[b, :n], gy[b, :m] = ex[0], ey[0]
     return np.array(values), gx, gy
 
 
@@ -54,17 +59,20 @@ def _close(got, want, rtol):
 @pytest.mark.cudasim
 @pytest.mark.parametrize("case", CASES, ids=[str(c) for c in CASES])
 def test_seam_against_reference(case, monkeypatch) -> None:
-    B, N, M, D, bandwidth, gamma = case
-    rng = np.random.default_rng(abs(hash(case)) % 2**32)
+    B, N, M, D, bandwidth, gamma, lengths = case
+    rng = np.random.default_rng(CASES.index(case))
     x = torch.as_tensor(rng.standard_normal((B, N, D)), dtype=torch.float32)
     y = torch.as_tensor(rng.standard_normal((B, M, D)), dtype=torch.float32)
     taken = []
     real = msm_seam.msm_seam
     monkeypatch.setattr(msm_seam, "msm_seam", lambda *a: taken.append(1) or real(*a))
-    tables = _tables(B, N, M, *band_offsets(N, M, bandwidth), None)
+    if lengths is None:
+        tables = _tables(B, N, M, *band_offsets(N, M, bandwidth), None)
+    else:
+        tables = _tables(B, N, M, *pair_offsets(*lengths, bandwidth), lengths)
     values, gx, gy = msm_cuda(x, y, C, gamma, tables, True)
     assert taken, "the rule did not take the band kernels"
-    want = reference(x, y, bandwidth, gamma)
+    want = reference(x, y, bandwidth, gamma, lengths)
     # (float32 transcendentals and weights: a few 1e-7 relative, more for small gamma)
     tol = 1e-5 if gamma < 0.01 else 2e-6
     _close(values, want[0], 1e-7)
@@ -90,20 +98,26 @@ def test_seam_through_the_api_with_an_upstream_gradient() -> None:
     _close(gy, gyr.numpy(), 2e-6)
 
 
-def test_uniform_tables() -> None:
-    """The path's rule: every pair with the table's lengths and one band."""
-    assert _uniform(_tables(3, 5, 4, *band_offsets(5, 4, 2), None), 5, 4) == band_offsets(5, 4, 2)
-    lengths = ([5, 3, 5], [4, 4, 4])
-    assert _uniform(_tables(3, 5, 4, *pair_offsets(*lengths, None), lengths), 5, 4) is None
-    assert _uniform(torch.zeros(4, 3, dtype=torch.int64), 5, 4) is None
+def test_seam_band() -> None:
+    """The path's band: one for the table, or one radius for per-pair lengths (-1: none);
+    none from tables made on the device or bands of another kind."""
+    assert _seam_band(_tables(3, 5, 4, *band_offsets(5, 4, 2), None), 5, 4) == (3, 2)
+    lengths = ([5, 3, 1], [4, 4, 4])
+    for bandwidth, radius in ((None, -1), (2, 2), (1e9, -1)):
+        got = _seam_band(_tables(3, 5, 4, *pair_offsets(*lengths, bandwidth), lengths), 5, 4)
+        assert got[:2] == (radius, -1)
+        assert [list(v) for v in got[2]] == [list(v) for v in lengths]
+    lo, hi = pair_offsets(*lengths, 2)
+    assert _seam_band(_tables(3, 5, 4, lo, hi + 1, lengths), 5, 4) is None  # (not a radius)
+    assert _seam_band(torch.zeros(4, 3, dtype=torch.int64), 5, 4) is None
 
 
 @requires_sim
 @pytest.mark.cudasim
 def test_seam_rule_and_override(monkeypatch) -> None:
     """Float32 with gradients and uniform tables take the band kernels unless an override or
-    a variant of Soft-MSM's own kernels says otherwise; float64 inputs and per-pair lengths
-    never do."""
+    a variant of Soft-MSM's own kernels says otherwise; float64 inputs and tables made on
+    the device never do."""
     taken = []
     monkeypatch.setattr(msm_seam, "msm_seam", lambda *a: taken.append(a) or (None, None, None))
     rng = np.random.default_rng(3)
@@ -119,6 +133,5 @@ def test_seam_rule_and_override(monkeypatch) -> None:
     msm_cuda(x, y, C, 1.0, tables, True, bands=1)
     msm_cuda(x, y, C, 1.0, tables, False)  # (no gradients)
     msm_cuda(x.double(), y.double(), C, 1.0, tables, True)
-    lengths = ([4, 2], [3, 3])
-    msm_cuda(x, y, C, 1.0, _tables(2, 4, 3, *pair_offsets(*lengths, None), lengths), True)
+    msm_cuda(x, y, C, 1.0, torch.as_tensor(np.stack(tables)), True)
     assert len(taken) == 1

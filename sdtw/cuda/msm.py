@@ -117,6 +117,11 @@ float32 in the costs pass it cost small gammas their accuracy), the gradients as
 ``R`` kept (``overrides(msm_kept=False)``).  The cell passes run in ``chunks`` of steps
 (:func:`_chunks`) where the tasks' warps are too few to fill the GPU.
 
+Float32 inputs with gradients whose tables come from the host with one band (or one radius)
+take none of this module's kernels by default: :mod:`sdtw.cuda.msm_seam` runs them on
+soft-DTW's band kernels (bands of 32 rows a warp, hand-overs by shuffles, no block barrier),
+with a costs pass before and a gradients pass after.
+
 Diagonal kernels (any N; the fallback past ``MAX_N`` rows), simple and slow: one block per task
 sweeps its table by anti-diagonals (the cells of ``i + j = k`` depend only on diagonals
 ``k - 1`` and ``k - 2``), the threads striding over a diagonal's cells, a block barrier between
@@ -1623,17 +1628,31 @@ def _multiprocessors(device: torch.device) -> int:
 _dummies: dict[torch.device, torch.Tensor] = {}
 
 
-def _uniform(tables, N: int, M: int) -> tuple[int, int] | None:
-    """``(lo, hi)`` where every pair of ``tables`` (NumPy arrays) has the table's lengths and
-    one band; None otherwise (a tensor: per-pair lengths made on the device)."""
+def _seam_band(tables, N: int, M: int) -> tuple | None:
+    """The band of :func:`sdtw.cuda.msm_seam.msm_seam` for ``tables`` (NumPy arrays): ``(lo,
+    hi)`` where every pair has the table's lengths and one band, ``(radius, -1, (ns, ms))``
+    where the pairs' bands follow their own lengths with one radius
+    (:func:`sdtw.band.pair_offsets`; -1: none); None otherwise (a tensor: lengths made on the
+    device)."""
     if isinstance(tables, torch.Tensor):
         return None
-    ns, ms, los, his = (np.asarray(t) for t in tables)
-    if len(ns) == 0 or not ((ns == N).all() and (ms == M).all()):
+    ns, ms, los, his = (np.asarray(t, dtype=np.int64) for t in tables)
+    if len(ns) == 0:
         return None
-    if not ((los == los[0]).all() and (his == his[0]).all()):
+    if (ns == N).all() and (ms == M).all() and (los == los[0]).all() and (his == his[0]).all():
+        return int(los[0]), int(his[0])
+    over, under = np.clip(ns - ms, 0, None), np.clip(ms - ns, 0, None)
+    full = (los >= ns - 1) & (his >= ms - 1)  # (a band that holds the whole table: none)
+    r = los - over
+    banded = ~full
+    if not banded.any():
+        return -1, -1, (ns, ms)
+    radius = int(r[banded][0])
+    if not ((r[banded] == radius) & (his[banded] - under[banded] == radius)).all():
         return None
-    return int(los[0]), int(his[0])
+    if not ((radius + over[full] >= ns[full] - 1) & (radius + under[full] >= ms[full] - 1)).all():
+        return None  # (a pair without a band that the radius would cut)
+    return radius, -1, (ns, ms)
 
 
 def msm_cuda(
@@ -1669,7 +1688,13 @@ def msm_cuda(
     fewer than 2^32 entries (M below about 1.4 million at 1024 rows a block); 12 bytes a
     cell, float32, against
     ``R``'s 8) for a backward of ``G`` alone and a gradients pass over the cells in
-    ``chunks`` of steps (None: :func:`_chunks`'s rule)."""
+    ``chunks`` of steps (None: :func:`_chunks`'s rule).
+
+    ``seam``: float32 inputs with ``need`` whose tables are NumPy arrays with one band (or
+    one radius, :func:`_seam_band`) run on soft-DTW's band kernels instead
+    (:mod:`sdtw.cuda.msm_seam`; None: the override ``msm_seam``'s, else wherever none of the
+    arguments above nor the overrides ``msm_bands``, ``msm_ahead``, ``msm_kept`` asks for a
+    variant of these kernels)."""
     fast = x.dtype == torch.float32
     a = x.detach().to(torch.float64).contiguous()
     b = y.detach().to(torch.float64).contiguous()
@@ -1683,7 +1708,7 @@ def msm_cuda(
                  forced.msm_kept)  # fmt: skip
         seam = all(v is None for v in asked)
     if seam and fast and need:
-        band = _uniform(tables, N, M)
+        band = _seam_band(tables, N, M)
         if band is not None:
             from sdtw.cuda.msm_seam import msm_seam
 

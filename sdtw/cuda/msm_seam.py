@@ -28,13 +28,16 @@ cost).  A step here is four launches:
    parts that torch sums (no atomics: the same bits on every run).
 
 Tasks are (pair, channel): channels are independent and their values summed.  The path takes
-float32 inputs whose pairs all have the table's lengths (one band for all); per-pair lengths,
-float64 inputs and steps without gradients keep :mod:`sdtw.cuda.msm`'s kernels.  ``P`` and
+float32 inputs with gradients whose pairs have the table's lengths and one band, or per-pair
+lengths given on the host with a band of one radius (the kernels' variable-length twins);
+float64 inputs, steps without gradients and lengths made on the device keep
+:mod:`sdtw.cuda.msm`'s kernels.  ``P`` and
 ``Q`` take 16 bytes a cell.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from numba import cuda, float64
 
@@ -87,13 +90,14 @@ def _costs(xs, ys, c, gamma, P, Q):
 
 
 @kernel
-def _gradients(xs, ys, c, gamma, P, Q, gxa, gxb, gya, gyb, chunks):
+def _gradients(xs, ys, c, gamma, P, Q, gxa, gxb, gya, gyb, chunks, ns, ms):
     """The gradients' parts from ``E`` (``P``'s plane 1) and the weights ``p_diag`` (``P``'s
     plane 0) and ``p_up`` (``Q``'s plane 0): a block of one warp per (task, band of 32 rows,
     chunk of ``CW`` columns), lane ``l`` on row ``32 band + l`` and, at step ``s``, column
     ``s - l``.  Into ``gxa[t, chunk, i]`` what x_i gets from cell (i, j)'s edges, into
     ``gxb[t, chunk, i]`` what x_{i-1} gets from its up edges; into ``gya[t, band, j]`` and
-    ``gyb[t, band, j]`` the same for y_j and y_{j-1} (a column's sum over the band's rows)."""
+    ``gyb[t, band, j]`` the same for y_j and y_{j-1} (a column's sum over the band's rows).
+    ``ns``, ``ms`` (T,): each task's lengths (nothing past them is read)."""
     lane = cuda.threadIdx.x
     blk = cuda.blockIdx.x
     N = xs.shape[1]
@@ -102,16 +106,17 @@ def _gradients(xs, ys, c, gamma, P, Q, gxa, gxb, gya, gyb, chunks):
     ch = blk % chunks
     band = (blk // chunks) % nb
     t = blk // (chunks * nb)
+    n = ns[t]
     i = band * WARP + lane
-    row = i < N
-    ii = min(i, N - 1)
+    row = i < n
+    ii = min(i, n - 1)
     xi = xs[t, ii]
     xp = xs[t, max(ii - 1, 0)]
     ig2 = LOG2E / gamma
     NM = N * M
     base = 2 * t * NM + ii * M
     c0 = ch * CW
-    c1 = min(c0 + CW, M)
+    c1 = min(c0 + CW, ms[t])
     xch = cuda.shared.array((2, WARP), float64)  # (the simulator's shuffles)
     xch2 = cuda.shared.array((2, WARP), float64)
     gx_own = 0.0
@@ -154,16 +159,33 @@ def _gradients(xs, ys, c, gamma, P, Q, gxa, gxb, gya, gyb, chunks):
 
 
 def msm_seam(
-    a: torch.Tensor, b: torch.Tensor, c: float, gamma: float, lo: int, hi: int
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: float,
+    gamma: float,
+    lo: int,
+    hi: int,
+    lengths: tuple | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Values (B,) and gradients wrt ``a`` (B, N, D) and ``b`` (B, M, D) (float64, upstream
-    gradient 1) of Soft-MSM with stiffness ``c`` and smoothing ``gamma``, every pair's table
-    N x M, the band ``-lo <= j - i <= hi``; float32 transcendentals and weights, as the
-    float32 inputs ``a``, ``b`` (given as float64 values) ask."""
+    gradient 1; zero past the lengths) of Soft-MSM with stiffness ``c`` and smoothing
+    ``gamma``, every pair's table N x M and the band ``-lo <= j - i <= hi``, or with
+    ``lengths`` (int64 NumPy arrays ``(ns, ms)`` (B,)) each pair's own table and the band of
+    radius ``lo`` (-1: none) following its lengths (:func:`sdtw.band.pair_offsets`); float32
+    transcendentals and weights, as the float32 inputs ``a``, ``b`` (given as float64 values)
+    ask."""
     B, N, D = a.shape
     M = b.shape[1]
     T = B * D
     dev = a.device
+    if lengths is None:
+        lens = None
+        ns = _launch._constant((T,), N, torch.int64, dev)
+        ms = _launch._constant((T,), M, torch.int64, dev)
+    else:  # (each task's: a pair's, D times; x's, then y's)
+        per_task = np.repeat(np.stack(lengths).astype(np.int64), D, axis=1).reshape(-1)
+        lens = torch.from_numpy(per_task).to(dev, non_blocking=True)
+        ns, ms = lens[:T], lens[T:]
     xs = a.permute(0, 2, 1).reshape(T, N).contiguous()  # (task b D + d: row t)
     ys = b.permute(0, 2, 1).reshape(T, M).contiguous()
     P = _launch._weights(T, N, M, torch.float32, dev)  # (the seeds after it)
@@ -171,25 +193,26 @@ def msm_seam(
     threads = 128 if M > 64 else 32
     _launch.launch(_costs, T * N, threads, dev, xs, ys, float(c), float(gamma), flat(P), flat(Q))
     nb = -(-N // K.TB)
-    fwd_hand, bwd_hand = _launch._boundary(T, nb, M, dev, 2)
+    fwd_hand, bwd_hand = _launch._boundary(T, nb, M, dev, 2, lens)
     out = torch.empty(T, dtype=torch.float64, device=dev)
     mover = policy.forward_mover(K.HILO, SIMULATED)
     none = _launch._placeholder((2,), torch.float32, dev)  # (the weights go through X)
-    _launch._launcher(K.ForwardSpec, K.HILO, True, mover, "soft-msm")(
+    key = (K.ForwardSpec, K.HILO, True, mover, "soft-msm") + ((True,) if lens is not None else ())
+    _launch._launcher(*key)(
         T * nb, K.threads(mover), _launch._stream(dev), flat(P), flat(Q), N, M, 0,
         float(gamma), int(lo), int(hi), none, fwd_hand, out, True,
     )  # fmt: skip
     _launch.launch_counts["forward"] += 1
-    _launch._finite_values(fwd_hand, T, N, M, None, _launch._seeds(P))
+    _launch._finite_values(fwd_hand, T, N, M, lens, _launch._seeds(P))
     Q[:, 0].copy_(P[:, 1])  # p_up, before E goes over it
-    _launch.backward(P, None, Gb=bwd_hand)
+    _launch.backward(P, None, Gb=bwd_hand, lengths=lens)
     chunks = -(-M // CW)
     parts = torch.zeros(2 * T * (chunks * N + nb * M), dtype=torch.float64, device=dev)
     gx_parts, gy_parts = parts.split([2 * T * chunks * N, 2 * T * nb * M])
     gxa, gxb = gx_parts.view(2, T, chunks, N)
     gya, gyb = gy_parts.view(2, T, nb, M)
     _launch.launch(_gradients, T * nb * chunks, WARP, dev, xs, ys, float(c), float(gamma),
-                   flat(P), flat(Q), gxa, gxb, gya, gyb, chunks)  # fmt: skip
+                   flat(P), flat(Q), gxa, gxb, gya, gyb, chunks, ns, ms)  # fmt: skip
     gx = gxa.sum(1)
     gx[:, :-1] += gxb.sum(1)[:, 1:]  # (x_{i-1}'s part from row i's up edges)
     gy = gya.sum(1)
