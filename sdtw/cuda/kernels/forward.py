@@ -155,18 +155,21 @@ def _cells(spec: ForwardSpec):
             rd = r_diag + (cost - cu)
             rl = r_left + (float64(lo_word(w)) * scale - cu)
             cost = cu
+            m2 = min2(rd, rl)
+            mm2 = min2(min2(rd, BIG), rl)
+            up = top if tid == 0 else up_next  # (the next step's diagonal)
             alt = top if has_up else INF
             up_c = up_next if (tid != 0) & has_up else alt
-        up = top if tid == 0 else up_next  # (the next step's diagonal)
-        if not msm:
+        else:
+            # Off the chain, while the upper value travels: r_left is this lane's value of the
+            # step before, r_diag its upper value then (so min(r_diag, BIG) is older still,
+            # and mm2 = min(m2, BIG) is one comparison after r_left, alongside m2's).
             rd = r_diag
             rl = r_left
+            m2 = min2(r_diag, r_left)
+            mm2 = min2(min2(r_diag, BIG), r_left)
+            up = top if tid == 0 else up_next
             up_c = up
-        # Off the chain, while the upper value travels: r_left is this lane's value of the
-        # step before, r_diag its upper value then (so min(r_diag, BIG) is older still, and
-        # mm2 = min(m2, BIG) is one comparison after r_left, alongside m2's).
-        m2 = min2(rd, rl)
-        mm2 = min2(min2(rd, BIG), rl)
         ok = below(s - lead, width)
         r, pd, pu = softmin3(rd, rl, m2, mm2, up_c, cost, ok)  # (inf, 0, 0) where not ok
         if not fused:
