@@ -261,23 +261,39 @@ def _items(spec: ForwardSpec, write8):
     msm = RECURRENCES[spec.recurrence].costs == 3
 
     @device
-    def load8(src, jn, Mu, nr1, r0):
+    def load8_msm(src, jn, Mu, nr1, r0):
         """The mover's loads of one item: rows ``r0 .. r0 + 7`` (clamped to ``nr1``) of
-        column ``jn`` of the source ``src = (Xb, Xlo, Qu, Ql)`` (the two words' planes when
-        ``hilo``; Soft-MSM's up and left costs too, else copies of the first)."""
+        column ``jn`` of the source ``src = (Xb, Xlo, Qu, Ql)``: the two words' planes of
+        the match costs and Soft-MSM's up and left costs."""
         Xb, Xlo, Qu, Ql = src
-        hi = ld8(Xb, jn, Mu, nr1, r0)
-        lo = ld8(Xlo, jn, Mu, nr1, r0) if hilo else hi
-        qu = ld8(Qu, jn, Mu, nr1, r0) if msm else hi
-        ql = ld8(Ql, jn, Mu, nr1, r0) if msm else hi
-        return hi, lo, qu, ql
+        return (ld8(Xb, jn, Mu, nr1, r0), ld8(Xlo, jn, Mu, nr1, r0), ld8(Qu, jn, Mu, nr1, r0),
+                ld8(Ql, jn, Mu, nr1, r0))  # fmt: skip
 
     @device
-    def stage8(blk, cst, v, r0, base):
-        """Store :func:`load8`'s values of rows ``r0 ..`` of column ``base`` in the ring."""
-        st8(blk, 0, join8(v[0], v[1]) if hilo else v[0], r0, base, 1)
-        if msm:
-            st8(cst, 0, join8(v[2], v[3]), r0, base, 1)
+    def load8_one(src, jn, Mu, nr1, r0):
+        """The mover's loads of one item: rows ``r0 .. r0 + 7`` (clamped to ``nr1``) of
+        column ``jn`` of the source ``src = (Xb, Xlo, ..)`` (the two words' planes when
+        ``hilo``)."""
+        Xb, Xlo = src[0], src[1]
+        hi = ld8(Xb, jn, Mu, nr1, r0)
+        lo = ld8(Xlo, jn, Mu, nr1, r0) if hilo else hi
+        return hi, lo
+
+    @device
+    def stage8_msm(blk, cst, v, r0, base):
+        """Store :func:`load8_msm`'s values of rows ``r0 ..`` of column ``base`` in the
+        rings."""
+        st8(blk, 0, join8(v[0], v[1]), r0, base, 1)
+        st8(cst, 0, join8(v[2], v[3]), r0, base, 1)
+
+    @device
+    def stage8_one(blk, cst, v, r0, base):
+        """Store :func:`load8_one`'s values of rows ``r0 ..`` of column ``base`` in the ring."""
+        hi, lo = v
+        st8(blk, 0, join8(hi, lo) if hilo else hi, r0, base, 1)
+
+    load8 = load8_msm if msm else load8_one
+    stage8 = stage8_msm if msm else stage8_one
 
     @device
     def item(w0, w1, blk, wup, cst, src, h, cc, r0, Ml, M, Mu, nr1, v, store):
