@@ -23,15 +23,15 @@ C = 0.7
 
 #: (B, N, M, D, bandwidth, gamma, lengths)
 CASES = [
-    (2, 5, 4, 1, None, 0.3, None),
+    (2, 5, 4, 2, None, 0.3, None),  # two channels
     (1, 33, 34, 1, None, 0.3, None),  # a second band, a second chunk
     (1, 1, 3, 1, None, 1.0, None),  # one row
     (2, 3, 1, 1, None, 1.0, None),  # one column
     (1, 12, 40, 1, 3, 0.3, None),  # a band
     (1, 9, 131, 1, None, 0.1, None),  # past the gradients pass's chunk of 128 columns
     (2, 20, 13, 1, None, 1e-3, None),
-    (3, 35, 12, 2, None, 0.3, ([35, 17, 1], [12, 3, 5])),  # per-pair lengths, two channels
-    (3, 35, 12, 1, 2, 0.3, ([35, 17, 1], [12, 3, 5])),  # and a band (clipped for the third)
+    (3, 35, 12, 1, None, 0.3, ([35, 17, 1], [12, 3, 5])),  # per-pair lengths
+    (3, 20, 12, 1, 2, 0.3, ([20, 17, 1], [12, 3, 5])),  # and a band (clipped for the third)
 ]
 
 

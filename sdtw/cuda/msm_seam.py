@@ -14,7 +14,7 @@ cost).  A step here is four launches:
 1. the costs pass (:func:`_costs`): every cell's match cost ``(x_i - y_j)^2`` in float64 as
    the two 32-bit words of its bits in ``P``'s planes (low word in plane 0, high in plane 1,
    where soft-DTW's park kernel puts its distances) and its up and left transition costs
-   (float32, from the float32 transcendentals of :func:`sdtw.cuda.msm._transition_fast`) in
+   (float32, from the float32 transcendentals of :func:`sdtw.cuda.msm_cells._transition_fast`) in
    ``Q`` (T, 2, N, M);
 2. soft-DTW's forward of mode ``hilo`` with the ``"soft-msm"`` recurrence
    (:data:`sdtw.cuda.kernels.recurrence.SOFT_MSM`): bands of 32 rows a warp, hand-overs by
@@ -46,7 +46,7 @@ from sdtw.cuda import kernels as K
 from sdtw.cuda._private import flat
 from sdtw.cuda.kernels.jit import SIMULATED, kernel
 from sdtw.cuda.kernels.primitives import from_prev_lane, hi_word, lo_word, narrow
-from sdtw.cuda.msm import LOG2E, _transition_fast
+from sdtw.cuda.msm_cells import LOG2E, _transition_fast
 
 __all__ = ["msm_seam"]
 
