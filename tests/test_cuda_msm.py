@@ -124,7 +124,8 @@ def test_several_warps_per_task(rng, warps, B, N, M, bandwidth, lengths):
         (2, 1, 1, 200, 9, 1, None, None, "float64"),  # 4 rows a thread: 128-row bands
         (3, 2, 1, 130, 40, 1, 5, None, "float64"),  # 2 warps a band, a band of the table
         (4, 1, 2, 100, 1, 1, None, None, "float64"),  # one column
-        (4, 1, 2, 97, 35, 2, None, None, "float64"),  # two channels
+        # two channels (the slow session's: channels are covered by run()'s cases too)
+        pytest.param(4, 1, 2, 97, 35, 2, None, None, "float64", marks=pytest.mark.slow),
         # per-pair lengths: a pair whose rows end in the first band (the others do nothing)
         (4, 1, 3, 100, 40, 1, 7, ([100, 40, 1], [40, 3, 40]), "float64"),
         (3, 1, 2, 90, 37, 1, None, None, "float32"),
