@@ -123,27 +123,41 @@ def _gradients(xs, ys, c, gamma, P, Q, gxa, gxb, gya, gyb, chunks, ns, ms):
     gx_up = 0.0
     run_a = 0.0  # column s - lane's sums over the lanes above and this one
     run_b = 0.0
+    # A step's values are loaded a step before (columns clamped into the chunk), and every
+    # lane computes every step (selects, no branch): a warp's loads are 32 rows' lines, whose
+    # latency a branch on E would put in each step.
+    last = max(c1 - 1, 0)
+    jn = min(max(c0 - lane, 0), last)
+    en = P[base + NM + jn]
+    pdn = P[base + jn]
+    pun = Q[base + jn]
+    yn = ys[t, jn]
+    yq = ys[t, max(jn - 1, 0)]  # (y of the column before)
     for s in range(c0, c1 + WARP - 1):
         j = s - lane
-        ca = 0.0
-        cb = 0.0
-        if row and c0 <= j and j < c1:
-            e = float64(P[base + NM + j])
-            if e != 0.0:
-                pd = float64(P[base + j])
-                pu = float64(Q[base + j])
-                o_m = e * pd
-                o_u = e * pu
-                o_l = e * (1.0 - pd - pu)
-                yj = ys[t, j]
-                yp = ys[t, max(j - 1, 0)]
-                g_m = o_m * 2.0 * (xi - yj)
-                _, d_v, d_p, d_o = _transition_fast(xi, xp, yj, c, gamma, ig2)
-                _, e_v, e_p, e_o = _transition_fast(yj, yp, xi, c, gamma, ig2)
-                gx_own += g_m + o_u * d_v + o_l * e_o
-                gx_up += o_u * d_p
-                ca = o_u * d_o + o_l * e_v - g_m
-                cb = o_l * e_p
+        e = float64(en)
+        pd = float64(pdn)
+        pu = float64(pun)
+        yj = yn
+        yp = yq
+        jn = min(max(j + 1, 0), last)
+        en = P[base + NM + jn]
+        pdn = P[base + jn]
+        pun = Q[base + jn]
+        yq = yj if j >= 0 else ys[t, max(jn - 1, 0)]
+        yn = ys[t, jn]
+        o_m = e * pd
+        o_u = e * pu
+        o_l = e * (1.0 - pd - pu)
+        g_m = o_m * 2.0 * (xi - yj)
+        _, d_v, d_p, d_o = _transition_fast(xi, xp, yj, c, gamma, ig2)
+        _, e_v, e_p, e_o = _transition_fast(yj, yp, xi, c, gamma, ig2)
+        # (E = 0 cells add nothing, whatever their partials: 0 times an overflow is NaN)
+        ok = row and c0 <= j and j < c1 and e != 0.0
+        gx_own += (g_m + o_u * d_v + o_l * e_o) if ok else 0.0
+        gx_up += (o_u * d_p) if ok else 0.0
+        ca = (o_u * d_o + o_l * e_v - g_m) if ok else 0.0
+        cb = (o_l * e_p) if ok else 0.0
         p = s & 1
         in_a = from_prev_lane(run_a, xch, p)  # (the lane above's, for column s - lane)
         in_b = from_prev_lane(run_b, xch2, p)
