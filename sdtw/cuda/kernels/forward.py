@@ -379,7 +379,9 @@ def build(spec: ForwardSpec):
     move = _mover(spec, load8, stage8, item, write_rest)
     msm = RECURRENCES[spec.recurrence].costs == 3
 
-    @kernel
+    # (Soft-MSM's forward with a mover took 192 registers a thread: 3 blocks an SM, so that at
+    # B = 32, N = 512 its 512 bands ran in two waves; 4 blocks need at most 170)
+    @kernel(launch_bounds=(3 * TB, 4) if (msm and mover) else None)
     def forward(X, Y, N, M, D, gamma, lo, hi, P, Rb, out, store):
         """One block per (band, pair).
 
