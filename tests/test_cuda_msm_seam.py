@@ -125,6 +125,8 @@ def test_seam_band() -> None:
     lo, hi = pair_offsets(*lengths, 2)
     assert _seam_band(_tables(3, 5, 4, lo, hi + 1, lengths), 5, 4) is None  # (not a radius)
     assert _seam_band(torch.zeros(4, 3, dtype=torch.int64), 5, 4) is None
+    empty = ([4, 3], [2, 2])  # (offsets that allow j - i = -1 only: a radius of -1, no band)
+    assert _seam_band(_tables(2, 4, 2, [1, 0], [-1, -1], empty), 4, 2) is None
 
 
 @requires_sim

@@ -1510,6 +1510,8 @@ def _seam_band(tables, N: int, M: int) -> tuple | None:
     if not banded.any():
         return -1, -1, (ns, ms)
     radius = int(r[banded][0])
+    if radius < 0:  # (an empty band: the kernels take a negative radius for none)
+        return None
     if not ((r[banded] == radius) & (his[banded] - under[banded] == radius)).all():
         return None
     if not ((radius + over[full] >= ns[full] - 1) & (radius + under[full] >= ms[full] - 1)).all():

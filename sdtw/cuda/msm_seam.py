@@ -152,12 +152,15 @@ def _gradients(xs, ys, c, gamma, P, Q, gxa, gxb, gya, gyb, chunks, ns, ms):
         g_m = o_m * 2.0 * (xi - yj)
         _, d_v, d_p, d_o = _transition_fast(xi, xp, yj, c, gamma, ig2)
         _, e_v, e_p, e_o = _transition_fast(yj, yp, xi, c, gamma, ig2)
-        # (E = 0 cells add nothing, whatever their partials: 0 times an overflow is NaN)
+        # (an edge of zero occupancy adds nothing, whatever its partials: 0 times a float32
+        # overflow would be NaN)
         ok = row and c0 <= j and j < c1 and e != 0.0
-        gx_own += (g_m + o_u * d_v + o_l * e_o) if ok else 0.0
-        gx_up += (o_u * d_p) if ok else 0.0
-        ca = (o_u * d_o + o_l * e_v - g_m) if ok else 0.0
-        cb = (o_l * e_p) if ok else 0.0
+        up_x, up_p, up_y = (o_u * d_v, o_u * d_p, o_u * d_o) if o_u != 0.0 else (0.0, 0.0, 0.0)
+        lf_x, lf_y, lf_p = (o_l * e_o, o_l * e_v, o_l * e_p) if o_l != 0.0 else (0.0, 0.0, 0.0)
+        gx_own += (g_m + up_x + lf_x) if ok else 0.0
+        gx_up += up_p if ok else 0.0
+        ca = (up_y + lf_y - g_m) if ok else 0.0
+        cb = lf_p if ok else 0.0
         p = s & 1
         in_a = from_prev_lane(run_a, xch, p)  # (the lane above's, for column s - lane)
         in_b = from_prev_lane(run_b, xch2, p)
