@@ -163,6 +163,7 @@ from sdtw.cuda.kernels.primitives import (
 )
 from sdtw.cuda.msm_cells import (
     LOG2E,
+    _edge_gradients,
     _exp_scaled,
     _softmin3,
     _softmin3_fast,
@@ -1149,17 +1150,16 @@ def _kept_gradients(rows: int, warps: int):
             o_left = float64(Oc[2, k])
             if o_match != 0.0 or o_up != 0.0 or o_left != 0.0:
                 xi, xp = xv[k + 1], xv[k]
-                dm = xi - yj
-                g_match = o_match * 2.0 * dm
-                _, d_v, d_p, d_o = _transition_fast(xi, xp, yj, c, gamma, ig)
-                _, e_v, e_p, e_o = _transition_fast(yj, yp, xi, c, gamma, ig)
-                gxl[k] += g_match + o_up * d_v + o_left * e_o
+                to_x, to_xp, to_y, to_yp = _edge_gradients(
+                    o_match, o_up, o_left, xi, xp, yj, yp, c, gamma, ig
+                )
+                gxl[k] += to_x
                 if k > 0:
-                    gxl[k - 1] += o_up * d_p
+                    gxl[k - 1] += to_xp
                 else:
-                    gx_above += o_up * d_p
-                col += o_up * d_o + o_left * e_v - g_match
-                prev_col += o_left * e_p
+                    gx_above += to_xp
+                col += to_y
+                prev_col += to_yp
         return gx_above, col, prev_col
 
     cells = _unrolled(cell_row, rows, False)

@@ -158,3 +158,18 @@ def _transition_fast(v, p, o, c, gamma, ig2):
     k = min(narrow(S), _S_MAX) * (float32(-0.5) * _EPS32) * (rs * rs * rs)
     d_v, d_p, d_o = _partials(dp32, do32, wa, wb, keep, k)
     return c + float64(keep) * S, float64(d_v), float64(d_p), float64(d_o)
+
+
+@device
+def _edge_gradients(o_m, o_u, o_l, xi, xp, yj, yp, c, gamma, ig2):
+    """What cell ``(i, j)``'s three incoming edges of occupancies ``o_m`` (match), ``o_u``
+    (up: ``C(x_i, x_{i-1}, y_j)``) and ``o_l`` (left: ``C(y_j, y_{j-1}, x_i)``) give the
+    samples, by :func:`_transition_fast`'s partial derivatives: ``(to x_i, to x_{i-1}, to
+    y_j, to y_{j-1})``.  An edge of zero occupancy adds nothing, whatever its partials (0
+    times a float32 overflow of the gate's derivative would be NaN)."""
+    g_m = o_m * 2.0 * (xi - yj)
+    _, d_v, d_p, d_o = _transition_fast(xi, xp, yj, c, gamma, ig2)
+    _, e_v, e_p, e_o = _transition_fast(yj, yp, xi, c, gamma, ig2)
+    up_x, up_p, up_y = (o_u * d_v, o_u * d_p, o_u * d_o) if o_u != 0.0 else (0.0, 0.0, 0.0)
+    lf_x, lf_y, lf_p = (o_l * e_o, o_l * e_v, o_l * e_p) if o_l != 0.0 else (0.0, 0.0, 0.0)
+    return g_m + up_x + lf_x, up_p, up_y + lf_y - g_m, lf_p

@@ -46,7 +46,7 @@ from sdtw.cuda import kernels as K
 from sdtw.cuda._private import flat
 from sdtw.cuda.kernels.jit import SIMULATED, kernel
 from sdtw.cuda.kernels.primitives import from_prev_lane, hi_word, lo_word, narrow
-from sdtw.cuda.msm_cells import LOG2E, _transition_fast
+from sdtw.cuda.msm_cells import LOG2E, _edge_gradients, _transition_fast
 
 __all__ = ["msm_seam"]
 
@@ -149,18 +149,12 @@ def _gradients(xs, ys, c, gamma, P, Q, gxa, gxb, gya, gyb, chunks, ns, ms):
         o_m = e * pd
         o_u = e * pu
         o_l = e * (1.0 - pd - pu)
-        g_m = o_m * 2.0 * (xi - yj)
-        _, d_v, d_p, d_o = _transition_fast(xi, xp, yj, c, gamma, ig2)
-        _, e_v, e_p, e_o = _transition_fast(yj, yp, xi, c, gamma, ig2)
-        # (an edge of zero occupancy adds nothing, whatever its partials: 0 times a float32
-        # overflow would be NaN)
+        to_x, to_xp, to_y, to_yp = _edge_gradients(o_m, o_u, o_l, xi, xp, yj, yp, c, gamma, ig2)
         ok = row and c0 <= j and j < c1 and e != 0.0
-        up_x, up_p, up_y = (o_u * d_v, o_u * d_p, o_u * d_o) if o_u != 0.0 else (0.0, 0.0, 0.0)
-        lf_x, lf_y, lf_p = (o_l * e_o, o_l * e_v, o_l * e_p) if o_l != 0.0 else (0.0, 0.0, 0.0)
-        gx_own += (g_m + up_x + lf_x) if ok else 0.0
-        gx_up += up_p if ok else 0.0
-        ca = (up_y + lf_y - g_m) if ok else 0.0
-        cb = lf_p if ok else 0.0
+        gx_own += to_x if ok else 0.0
+        gx_up += to_xp if ok else 0.0
+        ca = to_y if ok else 0.0
+        cb = to_yp if ok else 0.0
         p = s & 1
         in_a = from_prev_lane(run_a, xch, p)  # (the lane above's, for column s - lane)
         in_b = from_prev_lane(run_b, xch2, p)
