@@ -17,10 +17,8 @@ from sdtw.cpu import _tables
 from sdtw.cuda import msm_seam
 from sdtw.cuda.config import overrides
 from sdtw.cuda.msm import _seam_band, msm_cuda
-from sdtw.msm_reference import soft_msm_backward, soft_msm_forward
 from tests.conftest import requires_gpu, requires_sim
-
-C = 0.7
+from tests.test_cuda_msm import C, reference
 
 #: (B, N, M, D, bandwidth, gamma, lengths)
 CASES = [
@@ -36,20 +34,6 @@ CASES = [
     (2, 9, 7, 1, None, 0.1, "repeated"),  # repeated samples: gates at u = 0
     (2, 9, 7, 1, None, 0.5, "huge"),  # a sample of 1e20: up costs past float32's range
 ]
-
-
-def reference(x, y, bandwidth, gamma, lengths):
-    a, b_ = x.double().numpy(), y.double().numpy()
-    values, gx, gy = [], np.zeros(a.shape), np.zeros(b_.shape)
-    for b in range(a.shape[0]):
-        n = a.shape[1] if lengths is None else lengths[0][b]
-        m = b_.shape[1] if lengths is None else lengths[1][b]
-        p, q = a[b : b + 1, :n], b_[b : b + 1, :m]
-        v, Rs = soft_msm_forward(p, q, gamma, bandwidth, c=C)
-        ex, ey = soft_msm_backward(p, q, Rs, gamma, bandwidth, c=C)
-        values.append(v[0])
-        gx[b, :n], gy[b, :m] = ex[0], ey[0]
-    return np.array(values), gx, gy
 
 
 def _close(got, want, rtol):
@@ -83,7 +67,7 @@ def test_seam_against_reference(case, monkeypatch) -> None:
         tables = _tables(B, N, M, *pair_offsets(*lengths, bandwidth), lengths)
     values, gx, gy = msm_cuda(x, y, C, gamma, tables, True)
     assert taken, "the rule did not take the band kernels"
-    want = reference(x, y, bandwidth, gamma, lengths)
+    want = reference(x.double(), y.double(), bandwidth, lengths, gamma)
     if special == "huge":  # (R ~ 1e40: every backend's weights are rounding; finite here too)
         _close(values, want[0], 1e-6)
         assert torch.isfinite(gx).all() and torch.isfinite(gy).all()
