@@ -23,9 +23,9 @@ cost).  A step here is four launches:
 3. soft-DTW's backward: ``E`` over ``P``'s plane 1, after ``p_up`` is copied to ``Q``'s plane 0
    (the gradients need all three weights);
 4. the gradients pass (:func:`_gradients`): each edge's occupancy ``E p`` times its cost's
-   partial derivatives; a warp per (task, band of 32 rows, chunk of columns), a lane a row,
-   the lanes skewed by a column so that a column's sum runs down the lanes by shuffles;
-   parts that torch sums (no atomics: the same bits on every run).
+   partial derivatives; a warp per tile of 32 x 32 cells, a lane a column, the rows in turn
+   (a row's cells one line: a lane a row would ask 32 lines a load); parts that torch sums
+   (no atomics: the same bits on every run).
 
 Tasks are (pair, channel): channels are independent and their values summed.  The path takes
 float32 inputs with gradients whose pairs have the table's lengths and one band, or per-pair
@@ -45,14 +45,11 @@ from sdtw.cuda import _launch, policy
 from sdtw.cuda import kernels as K
 from sdtw.cuda._private import flat
 from sdtw.cuda.kernels.jit import SIMULATED, kernel
-from sdtw.cuda.kernels.primitives import from_prev_lane, hi_word, lo_word, narrow
+from sdtw.cuda.kernels.primitives import hi_word, lo_word, narrow, warp_sum
 from sdtw.cuda.msm_cells import LOG2E, _edge_gradients, _transition_fast
 
 __all__ = ["msm_seam"]
 
-#: Columns a warp of the gradients pass takes (a chunk): its lanes idle for 31 of its
-#: ``CW + 31`` steps (the skew).
-CW = 128
 WARP = 32
 
 
@@ -90,83 +87,78 @@ def _costs(xs, ys, c, gamma, P, Q):
 
 
 @kernel
-def _gradients(xs, ys, c, gamma, P, Q, gxa, gxb, gya, gyb, chunks, ns, ms):
+def _gradients(xs, ys, c, gamma, P, Q, gxa, gxb, gya, gyb, ns, ms):
     """The gradients' parts from ``E`` (``P``'s plane 1) and the weights ``p_diag`` (``P``'s
-    plane 0) and ``p_up`` (``Q``'s plane 0): a block of one warp per (task, band of 32 rows,
-    chunk of ``CW`` columns), lane ``l`` on row ``32 band + l`` and, at step ``s``, column
-    ``s - l``.  Into ``gxa[t, chunk, i]`` what x_i gets from cell (i, j)'s edges, into
-    ``gxb[t, chunk, i]`` what x_{i-1} gets from its up edges; into ``gya[t, band, j]`` and
-    ``gyb[t, band, j]`` the same for y_j and y_{j-1} (a column's sum over the band's rows).
-    ``ns``, ``ms`` (T,): each task's lengths (nothing past them is read)."""
+    plane 0) and ``p_up`` (``Q``'s plane 0): a warp per tile of 32 rows (a band) and 32
+    columns (a chunk), tiles ``gridDim`` apart; lane ``l`` on column ``32 chunk + l``, the
+    tile's rows in turn, so that a row's 32 cells load as one line.  Into ``gxa[t, chunk, i]``
+    what x_i gets from the chunk's cells of row i, into ``gxb[t, chunk, i]`` what x_{i-1} gets
+    from their up edges (a row's sum: a butterfly of shuffles); into ``gya[t, band, j]`` and
+    ``gyb[t, band, j]`` the same for y_j and y_{j-1} (a column's sum over the band: the lane's
+    own).  ``ns``, ``ms`` (T,): each task's lengths (nothing past them is read)."""
     lane = cuda.threadIdx.x
-    blk = cuda.blockIdx.x
-    N = xs.shape[1]
+    T, N = xs.shape
     M = ys.shape[1]
     nb = (N + WARP - 1) // WARP
-    ch = blk % chunks
-    band = (blk // chunks) % nb
-    t = blk // (chunks * nb)
-    n = ns[t]
-    i = band * WARP + lane
-    row = i < n
-    ii = min(i, n - 1)
-    xi = xs[t, ii]
-    xp = xs[t, max(ii - 1, 0)]
-    ig2 = LOG2E / gamma
+    chunks = (M + WARP - 1) // WARP
     NM = N * M
-    base = 2 * t * NM + ii * M
-    c0 = ch * CW
-    c1 = min(c0 + CW, ms[t])
-    xch = cuda.shared.array((2, WARP), float64)  # (the simulator's shuffles)
-    xch2 = cuda.shared.array((2, WARP), float64)
-    gx_own = 0.0
-    gx_up = 0.0
-    run_a = 0.0  # column s - lane's sums over the lanes above and this one
-    run_b = 0.0
-    # A step's values are loaded a step before (columns clamped into the chunk), and every
-    # lane computes every step (selects, no branch): a warp's loads are 32 rows' lines, whose
-    # latency a branch on E would put in each step.
-    last = max(c1 - 1, 0)
-    jn = min(max(c0 - lane, 0), last)
-    en = P[base + NM + jn]
-    pdn = P[base + jn]
-    pun = Q[base + jn]
-    yn = ys[t, jn]
-    yq = ys[t, max(jn - 1, 0)]  # (y of the column before)
-    for s in range(c0, c1 + WARP - 1):
-        j = s - lane
-        e = float64(en)
-        pd = float64(pdn)
-        pu = float64(pun)
-        yj = yn
-        yp = yq
-        jn = min(max(j + 1, 0), last)
-        en = P[base + NM + jn]
-        pdn = P[base + jn]
-        pun = Q[base + jn]
-        yq = yj if j >= 0 else ys[t, max(jn - 1, 0)]
-        yn = ys[t, jn]
-        o_m = e * pd
-        o_u = e * pu
-        o_l = e * (1.0 - pd - pu)
-        to_x, to_xp, to_y, to_yp = _edge_gradients(o_m, o_u, o_l, xi, xp, yj, yp, c, gamma, ig2)
-        ok = row and c0 <= j and j < c1 and e != 0.0
-        gx_own += to_x if ok else 0.0
-        gx_up += to_xp if ok else 0.0
-        ca = to_y if ok else 0.0
-        cb = to_yp if ok else 0.0
-        p = s & 1
-        in_a = from_prev_lane(run_a, xch, p)  # (the lane above's, for column s - lane)
-        in_b = from_prev_lane(run_b, xch2, p)
-        run_a = (in_a if lane > 0 else 0.0) + ca
-        run_b = (in_b if lane > 0 else 0.0) + cb
-        jd = s - (WARP - 1)
-        if lane == WARP - 1 and c0 <= jd and jd < c1:  # (column jd: the band's sum)
-            gya[t, band, jd] = run_a
-            gyb[t, band, jd] = run_b
-    if row:
-        gxa[t, ch, i] = gx_own
-        gxb[t, ch, i] = gx_up
+    ig2 = LOG2E / gamma
+    xch = cuda.shared.array(WARP, float64)  # (the simulator's shuffles)
+    for tile in range(cuda.blockIdx.x, T * nb * chunks, cuda.gridDim.x):
+        ch = tile % chunks
+        band = (tile // chunks) % nb
+        t = tile // (chunks * nb)
+        n = ns[t]
+        m = ms[t]
+        r0 = band * WARP
+        j = ch * WARP + lane
+        if r0 >= n or ch * WARP >= m:  # (the whole warp's: past the pair's lengths)
+            continue
+        r1 = min(r0 + WARP, n)
+        col = j < m
+        jj = min(j, m - 1)
+        yj = ys[t, jj]
+        yp = ys[t, max(jj - 1, 0)]
+        base = 2 * t * NM + jj
+        # A row's values load a row before (the last row's twice), and every lane computes
+        # every row (selects, no branch): the loads' latency is not in each row's step.
+        k = base + r0 * M
+        en = P[k + NM]
+        pdn = P[k]
+        pun = Q[k]
+        xp = xs[t, max(r0 - 1, 0)]
+        gx_own = 0.0
+        gx_up = 0.0
+        gy_own = 0.0
+        gy_up = 0.0
+        for i in range(r0, r1):
+            e = float64(en)
+            pd = float64(pdn)
+            pu = float64(pun)
+            k = base + min(i + 1, r1 - 1) * M
+            en = P[k + NM]
+            pdn = P[k]
+            pun = Q[k]
+            xi = xs[t, i]
+            o_m = e * pd
+            o_u = e * pu
+            o_l = e * (1.0 - pd - pu)
+            to_x, to_xp, to_y, to_yp = _edge_gradients(o_m, o_u, o_l, xi, xp, yj, yp, c, gamma, ig2)
+            ok = col and e != 0.0
+            gy_own += to_y if ok else 0.0
+            gy_up += to_yp if ok else 0.0
+            sx = warp_sum(to_x if ok else 0.0, xch)
+            sxp = warp_sum(to_xp if ok else 0.0, xch)
+            mine = lane == i - r0
+            gx_own = sx if mine else gx_own
+            gx_up = sxp if mine else gx_up
+            xp = xi
+        if r0 + lane < r1:
+            gxa[t, ch, r0 + lane] = gx_own
+            gxb[t, ch, r0 + lane] = gx_up
+        if col:
+            gya[t, band, j] = gy_own
+            gyb[t, band, j] = gy_up
 
 
 def msm_seam(
@@ -218,13 +210,15 @@ def msm_seam(
     _launch._finite_values(fwd_hand, T, N, M, lens, _launch._seeds(P))
     Q[:, 0].copy_(P[:, 1])  # p_up, before E goes over it
     _launch.backward(P, None, Gb=bwd_hand, lengths=lens)
-    chunks = -(-M // CW)
-    parts = torch.zeros(2 * T * (chunks * N + nb * M), dtype=torch.float64, device=dev)
-    gx_parts, gy_parts = parts.split([2 * T * chunks * N, 2 * T * nb * M])
+    chunks = -(-M // WARP)
+    bands = -(-N // WARP)
+    parts = torch.zeros(2 * T * (chunks * N + bands * M), dtype=torch.float64, device=dev)
+    gx_parts, gy_parts = parts.split([2 * T * chunks * N, 2 * T * bands * M])
     gxa, gxb = gx_parts.view(2, T, chunks, N)
-    gya, gyb = gy_parts.view(2, T, nb, M)
-    _launch.launch(_gradients, T * nb * chunks, WARP, dev, xs, ys, float(c), float(gamma),
-                   flat(P), flat(Q), gxa, gxb, gya, gyb, chunks, ns, ms)  # fmt: skip
+    gya, gyb = gy_parts.view(2, T, bands, M)
+    tiles = T if SIMULATED else T * bands * chunks  # (the simulator's blocks cost host time each)
+    _launch.launch(_gradients, tiles, WARP, dev, xs, ys, float(c), float(gamma), flat(P),
+                   flat(Q), gxa, gxb, gya, gyb, ns, ms)  # fmt: skip
     gx = gxa.sum(1)
     gx[:, :-1] += gxb.sum(1)[:, 1:]  # (x_{i-1}'s part from row i's up edges)
     gy = gya.sum(1)

@@ -34,6 +34,14 @@ def _from_next_lane_shfl(v, xch, parity):
 
 
 @device
+def _warp_sum_shfl(v, xch):
+    # (lane l adds lane l ^ k's: a + b is b + a, so every lane ends with the same bits)
+    for k in (16, 8, 4, 2, 1):
+        v += cuda.shfl_xor_sync(FULL_MASK, v, k)
+    return v
+
+
+@device
 def _bits_gpu(x):
     return libdevice.double_as_longlong(x)
 
@@ -122,6 +130,7 @@ if SIMULATED:
     exp2, log2, fast_rcp, narrow, fma = _twin.exp2, _twin.log2, _twin.rcp, _twin.narrow, _twin.fma
     fast_rsqrt = _twin.rsqrt
     from_prev_lane, from_next_lane = _twin.from_prev_lane, _twin.from_next_lane
+    warp_sum = _twin.warp_sum
     ld_relaxed, st_if, st2_if = _twin.ld_relaxed, _twin.st_if, _twin.st2_if
     as_bits, from_bits = _twin.as_bits, _twin.from_bits
     ring, below, u32, band_view = _twin.ring, _twin.below, _twin.u32, _twin.band_view
@@ -149,6 +158,7 @@ else:
     fast_rcp = _ptx.unary_f32("rcp", "rcp.approx.ftz.f32")
     fast_rsqrt = _ptx.unary_f32("rsqrt", "rsqrt.approx.ftz.f32")
     from_prev_lane, from_next_lane = _from_prev_lane_shfl, _from_next_lane_shfl
+    warp_sum = _warp_sum_shfl
     ld_relaxed, st_if, st2_if = _ptx.ld_relaxed(), _ptx.st_if(), _ptx.st2_if()
     as_bits, from_bits = _bits_gpu, _from_bits_gpu
     ring, below, u32, band_view = _ring_gpu, _below_gpu, _ptx.u32(), _ptx.band_view()

@@ -124,6 +124,23 @@ def from_next_lane(v, xch, parity):
     return xch[parity, tid + 1] if tid < TB - 1 else v
 
 
+@device
+def warp_sum(v, xch):
+    """The warp's sum of ``v`` in every lane, by the GPU's butterfly (lane ``l`` adds lane
+    ``l ^ k``'s for k = 16, 8, 4, 2, 1: the same bits in every lane and as the GPU's) through
+    a shared array of one slot a lane and two barriers a round."""
+    tid = cuda.threadIdx.x
+    lane = tid % TB
+    base = tid - lane
+    for k in (16, 8, 4, 2, 1):
+        xch[tid] = v
+        sync_warp()
+        other = xch[base + (lane ^ k)]
+        sync_warp()
+        v = v + other
+    return v
+
+
 def ld_relaxed(arr, idx):
     return arr[idx]
 
