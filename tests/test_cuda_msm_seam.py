@@ -1,7 +1,8 @@
 """Soft-MSM's float32 step on soft-DTW's band kernels (:mod:`sdtw.cuda.msm_seam`) in Numba's
 simulator against the float64 reference: N != M, odd sizes, length 1, sizes past a band's 32
-rows, a chunk's 32 staged columns and the gradients pass's 128 columns, a band, per-pair
-lengths (with a band, and a radius clipped to a short pair's table), several channels, gamma
+rows, a chunk's 32 staged columns and the gradients pass's tiles of 32 columns (a partial
+last one; a pair whose length skips one), a band, per-pair lengths (with a band, and a
+radius clipped to a short pair's table), several channels, gamma
 down to 1e-3, repeated samples (gates at u = 0), a sample of 1e20 (up costs past float32's
 range), an upstream gradient other than ones; and the rule that picks the path."""
 
@@ -27,9 +28,9 @@ CASES = [
     (1, 1, 3, 1, None, 1.0, None),  # one row
     (2, 3, 1, 1, None, 1.0, None),  # one column
     (1, 12, 40, 1, 3, 0.3, None),  # a band
-    (1, 9, 131, 1, None, 0.1, None),  # past the gradients pass's chunk of 128 columns
+    (1, 9, 131, 1, None, 0.1, None),  # five of the gradients pass's tiles, the last partial
     (2, 20, 13, 1, None, 1e-3, None),
-    (3, 35, 12, 1, None, 0.3, ([35, 17, 1], [12, 3, 5])),  # per-pair lengths
+    (3, 35, 40, 1, None, 0.3, ([35, 17, 1], [40, 3, 33])),  # per-pair lengths (tiles skipped)
     (3, 20, 12, 1, 2, 0.3, ([20, 17, 1], [12, 3, 5])),  # and a band (clipped for the third)
     (2, 9, 7, 1, None, 0.1, "repeated"),  # repeated samples: gates at u = 0
     (2, 9, 7, 1, None, 0.5, "huge"),  # a sample of 1e20: up costs past float32's range

@@ -128,7 +128,7 @@ def from_next_lane(v, xch, parity):
 def warp_sum(v, xch):
     """The warp's sum of ``v`` in every lane, by the GPU's butterfly (lane ``l`` adds lane
     ``l ^ k``'s for k = 16, 8, 4, 2, 1: the same bits in every lane and as the GPU's) through
-    a shared array of one slot a lane and two barriers a round."""
+    ``xch``, a shared array of one slot a thread of the block, and two barriers a round."""
     tid = cuda.threadIdx.x
     lane = tid % TB
     base = tid - lane
