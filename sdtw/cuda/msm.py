@@ -220,13 +220,14 @@ def _unrolled(row, rows: int, upward: bool):
 
 
 @device
-def _unit(w_m, w_u, w_l):
-    """``1 / (w_m + w_u + w_l)`` (0 for a cell of no weight): float32 inputs' backward
-    recomputes a cell's weights from ``R``, whose float32 ``lg2`` is not the inverse of the
-    weights' ``ex2``, so that their sum is 1 only within a float32 rounding; unscaled, the
-    excess compounds along the path (the gradients' error grew as N: 1e-4 at N = 2048)."""
+def _to_unit_sum(w_m, w_u, w_l):
+    """The three weights scaled to sum 1 (all 0 for a cell of no weight): float32 inputs'
+    backward recomputes a cell's weights from ``R``, whose float32 ``lg2`` is not the inverse
+    of the weights' ``ex2``, so that their sum is 1 only within a float32 rounding; unscaled,
+    the excess compounds along the path (the gradients' error grew as N: 1e-4 at N = 2048)."""
     s = w_m + w_u + w_l
-    return 1.0 / s if s > 0.0 else 0.0
+    u = 1.0 / s if s > 0.0 else 0.0
+    return w_m * u, w_u * u, w_l * u
 
 
 @functools.cache
@@ -331,7 +332,7 @@ def _row_functions(fast: bool, depth: int = 1, store: bool = True) -> tuple:
             cost, e_v, e_p, e_o = transition(yj, yp, xi, c, gamma, ig)
             w_l = expo((r - left - cost) * ig)
             if fast:
-                g = g * _unit(w_m, w_u, w_l)
+                w_m, w_u, w_l = _to_unit_sum(w_m, w_u, w_l)
             o_match = g * w_m
             o_up = g * w_u
             o_left = g * w_l
@@ -365,10 +366,11 @@ def _row_functions(fast: bool, depth: int = 1, store: bool = True) -> tuple:
         w_m = expo((r - diag - dm * dm) * ig)
         w_u = expo((r - r_up - cost_u) * ig)
         w_l = expo((r - left - cost_l) * ig)
-        u = _unit(w_m, w_u, w_l) if fast else 1.0
-        W[q, 0, k] = w_m * u
-        W[q, 1, k] = w_u * u
-        W[q, 2, k] = w_l * u
+        if fast:
+            w_m, w_u, w_l = _to_unit_sum(w_m, w_u, w_l)
+        W[q, 0, k] = w_m
+        W[q, 1, k] = w_u
+        W[q, 2, k] = w_l
         W[q, 3, k] = dm
         W[q, 4, k] = d_v
         W[q, 5, k] = d_p
